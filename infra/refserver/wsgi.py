@@ -1,0 +1,16 @@
+"""WSGI entry point for ``polar model serve`` (configuration through POLAR_REFSERVER_* env)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from infra.refserver import ModelEngine, ScriptedPolicy, create_app
+
+_policies = json.loads(os.environ.get("POLAR_REFSERVER_POLICIES") or "{}")
+app = create_app(
+    ModelEngine.load(os.environ["POLAR_REFSERVER_MODEL_DIR"],
+                     max_model_len=int(os.environ.get("POLAR_REFSERVER_MAX_MODEL_LEN", "32768"))),
+    served_model_name=os.environ.get("POLAR_REFSERVER_NAME", "tiny"),
+    policies={name: ScriptedPolicy.load(path, name=name) for name, path in _policies.items()},
+)

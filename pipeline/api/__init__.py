@@ -1,0 +1,1 @@
+"""The rollout HTTP API (Flask). Served by gunicorn: ``pipeline.api.wsgi:app``."""

@@ -1,0 +1,150 @@
+"""``polar``: run the stack, submit tasks, watch them, and run any one service by itself.
+
+Services are started from import strings (``proxy.wsgi:app``, ``workers.stages``), so this
+package never imports ``workers`` or ``proxy``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline.settings import Settings
+from pipeline.status import Stage
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """polar-rollout: RL rollouts on unmodified agent harnesses."""
+
+
+# --- services ----------------------------------------------------------------------------------
+
+@cli.command()
+@click.option("--stage", type=click.Choice([s.value for s in Stage]), required=True)
+@click.option("-c", "--concurrency", type=int, default=None, help="Slots (threads or processes).")
+@click.option("--pool", default=None, help="Override the stage's pool (threads, prefork, ...).")
+@click.option("--hostname", default="%h", help="Worker name suffix (name is <stage>@<hostname>).")
+@click.option("--loglevel", default="INFO")
+def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str, loglevel: str) -> None:
+    """Run the Celery worker of one stage queue (e.g. `polar worker --stage run -c 8`)."""
+    from infra.stack import STAGE_CONCURRENCY, STAGE_POOLS
+    from pipeline.celery_app import STAGE_TASKS_MODULE, get_app
+
+    st = Stage(stage)
+    settings = Settings.from_env()
+    settings.require_redis()
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> bounded soft shutdown + requeue
+    argv = ["worker", "-Q", st.queue, "-n", f"{st.value}@{hostname}",
+            "-P", pool or STAGE_POOLS[st], "-c", str(concurrency or STAGE_CONCURRENCY[st]),
+            "-I", STAGE_TASKS_MODULE, "-E", "--without-gossip", "--without-mingle",
+            "--loglevel", loglevel]
+    app = get_app()
+    app.conf.worker_soft_shutdown_timeout = 10.0
+    app.worker_main(argv)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", type=int, default=None, help="Default: the port of POLAR_PROXY_URL.")
+@click.option("--workers", type=int, default=None, help="gunicorn worker processes (gevent).")
+def proxy(host: str, port: int | None, workers: int | None) -> None:
+    """Run the model-API proxy (gunicorn + gevent)."""
+    from infra.serve import run
+
+    settings = Settings.from_env()
+    settings.require_redis()
+    run("proxy.wsgi:app", f"{host}:{port or _port(settings.proxy_url)}", "proxy", workers=workers)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", type=int, default=None, help="Default: the port of POLAR_API_URL.")
+def api(host: str, port: int | None) -> None:
+    """Run the rollout API (gunicorn)."""
+    from infra.serve import run
+
+    settings = Settings.from_env()
+    settings.require_redis()
+    run("pipeline.api.wsgi:app", f"{host}:{port or _port(settings.api_url)}", "api")
+
+
+@cli.command()
+@click.option("--port", type=int, default=5555)
+@click.option("--address", default="127.0.0.1")
+def flower(port: int, address: str) -> None:
+    """Run Flower on this project's broker (the running `polar up`, or POLAR_REDIS_URL)."""
+    from pipeline.celery_app import get_app
+
+    settings = Settings.from_env()
+    settings.require_redis()
+    os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+    get_app().start(["flower", f"--port={port}", f"--address={address}"])
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+# --- tasks -------------------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--wait/--no-wait", default=False, help="Follow progress and print a summary.")
+@click.option("--timeout", type=float, default=None)
+def submit(file: Path, wait: bool, timeout: float | None) -> None:
+    """Submit a TaskRequest JSON file (relative upload paths resolve against its folder)."""
+    from pipeline.cli.render import follow
+    from pipeline.client import RolloutClient, load_task_file
+
+    client = RolloutClient(Settings.from_env().api_url)
+    task_id = client.submit(load_task_file(file))
+    click.echo(task_id)
+    if wait:
+        status = follow(client, task_id, timeout=timeout)
+        sys.exit(0 if status.counts.get("COMPLETED", 0) == status.total_sessions else 1)
+
+
+@cli.command()
+@click.argument("task_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Raw JSON.")
+def status(task_id: str | None, as_json: bool) -> None:
+    """Pipeline status, or one task's sessions."""
+    from pipeline.cli.render import print_pipeline, print_task
+    from pipeline.client import RolloutClient
+
+    client = RolloutClient(Settings.from_env().api_url)
+    if task_id is None:
+        data = client.pipeline_status()
+        click.echo(json.dumps(data, indent=2)) if as_json else print_pipeline(data)
+        return
+    st = client.status(task_id, results=False)
+    click.echo(st.model_dump_json(indent=2)) if as_json else print_task(st)
+
+
+@cli.command()
+@click.argument("task_id")
+def cancel(task_id: str) -> None:
+    """Cancel every unfinished session of a task (their runtimes are torn down)."""
+    from pipeline.client import RolloutClient
+
+    click.echo(json.dumps(RolloutClient(Settings.from_env().api_url).cancel(task_id)))
+
+
+def _register_subcommands() -> None:
+    from pipeline.cli.model import model
+    from pipeline.cli.up import demo, up
+
+    cli.add_command(up)
+    cli.add_command(demo)
+    cli.add_command(model)
+
+
+_register_subcommands()
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,58 @@
+"""``polar model build`` / ``polar model serve``: the reference inference server."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from pipeline.settings import Settings
+
+
+@click.group()
+def model() -> None:
+    """The reference inference server (transformers, CPU, vLLM's token-id API)."""
+
+
+@model.command("build")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Default: $POLAR_HOME/models/tiny-qwen2")
+@click.option("--seed", type=int, default=0)
+@click.option("--force", is_flag=True)
+def build(out: Path | None, seed: int, force: bool) -> None:
+    """Build the tiny offline model (BPE tokenizer, ChatML template, tiny Qwen2)."""
+    from infra.refserver import build_tiny_model
+
+    click.echo(build_tiny_model(out or Settings.from_env().model_dir, seed=seed, force=force))
+
+
+@model.command("serve")
+@click.option("--model-dir", type=click.Path(path_type=Path), default=None,
+              help="Any local Hugging Face causal-LM folder (default: the tiny model, built if missing).")
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", type=int, default=None, help="Default: the port of POLAR_UPSTREAM_URL.")
+@click.option("--served-name", default="tiny")
+@click.option("--policy", "policies", multiple=True, metavar="NAME=FILE",
+              help="Serve a scripted policy as model NAME (repeatable).")
+@click.option("--max-model-len", type=int, default=32768)
+def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
+          policies: tuple[str, ...], max_model_len: int) -> None:
+    """Serve a model with vLLM's OpenAI-compatible token-id API."""
+    from infra.refserver import build_tiny_model
+    from infra.serve import run
+
+    settings = Settings.from_env()
+    if model_dir is None:
+        model_dir = build_tiny_model(settings.model_dir)
+    parsed = {}
+    for item in policies:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"expected NAME=FILE, got {item!r}", param_hint="--policy")
+        parsed[name] = str(Path(path).resolve())
+    os.environ.update({"POLAR_REFSERVER_MODEL_DIR": str(model_dir), "POLAR_REFSERVER_NAME": served_name,
+                       "POLAR_REFSERVER_POLICIES": json.dumps(parsed),
+                       "POLAR_REFSERVER_MAX_MODEL_LEN": str(max_model_len), "HF_HUB_OFFLINE": "1"})
+    port = port or int(settings.upstream_url.rsplit(":", 1)[1].split("/")[0])
+    run("infra.refserver.wsgi:app", f"{host}:{port}", "model")

@@ -1,0 +1,88 @@
+"""Terminal output: a progress bar while a task runs, tables when it is done."""
+
+from __future__ import annotations
+
+import time
+from statistics import mean
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pipeline.client import RolloutClient
+from pipeline.schemas import TaskStatus
+
+console = Console()
+STAGE_COLUMNS = ("queue", "init", "ready_wait", "run", "postrun", "evaluate", "total")
+
+
+def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
+           poll_seconds: float = 0.5) -> TaskStatus:
+    """Show a progress bar until the task ends, then the summary; returns the final status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=console,
+                  transient=False) as progress:
+        bar = None
+        while True:
+            st = client.status(task_id, results=False)
+            if bar is None:
+                bar = progress.add_task(task_id, total=st.total_sessions, counts="")
+            counts = " ".join(f"{k.lower()}={v}" for k, v in sorted(st.counts.items()))
+            progress.update(bar, completed=st.finished_sessions, counts=counts)
+            if st.status.is_terminal():
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"task {task_id} not finished after {timeout}s")
+            time.sleep(poll_seconds)
+    print_task(st)
+    return st
+
+
+def print_task(st: TaskStatus) -> None:
+    table = Table(title=f"task {st.task_id}: {st.status.value}")
+    for col in ("#", "session", "status", "reward", "traces", "prompt tok", "response tok",
+                "trainable tok", "time s", "error"):
+        table.add_column(col, overflow="fold")
+    for s in sorted(st.sessions, key=lambda s: s.sample_index):
+        total = s.durations_ms.get("total")
+        table.add_row(str(s.sample_index), s.session_id[-12:], s.status.value,
+                      "-" if s.reward is None else f"{s.reward:.2f}", str(s.num_traces),
+                      str(s.prompt_tokens), str(s.response_tokens), str(s.trainable_tokens),
+                      "-" if total is None else f"{total / 1000:.2f}", (s.error or "")[:80])
+    console.print(table)
+    print_stage_split(st)
+
+
+def stage_split(st: TaskStatus) -> dict[str, float | None]:
+    """Mean milliseconds each stage took across the task's sessions."""
+    out: dict[str, float | None] = {}
+    for name in STAGE_COLUMNS:
+        vals = [s.durations_ms.get(name) for s in st.sessions]
+        nums = [v for v in vals if v is not None]
+        out[name] = mean(nums) if nums else None
+    return out
+
+
+def print_stage_split(st: TaskStatus) -> None:
+    split = stage_split(st)
+    table = Table(title="mean time per stage (ms)")
+    for name in STAGE_COLUMNS:
+        table.add_column(name, justify="right")
+    table.add_row(*["-" if split[n] is None else f"{split[n]:.0f}" for n in STAGE_COLUMNS])
+    console.print(table)
+
+
+def print_pipeline(data: dict[str, Any]) -> None:
+    table = Table(title="pipeline")
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    table.add_row("tasks", ", ".join(f"{k}={v}" for k, v in data.get("tasks", {}).items()) or "-")
+    table.add_row("queues", ", ".join(f"{k}={v}" for k, v in data.get("queues", {}).items()))
+    ready = data.get("ready", {})
+    table.add_row("READY", f"depth={ready.get('depth')} reserved={ready.get('reserved')} "
+                           f"capacity={ready.get('capacity')}")
+    for name, queues in (data.get("workers") or {}).items():
+        table.add_row(f"worker {name}", ", ".join(queues) if isinstance(queues, list) else str(queues))
+    console.print(table)

@@ -1,0 +1,136 @@
+"""The trainer-side client: submit tasks, wait for them, and consume results.
+
+    client = RolloutClient("http://rollout:8090", redis_url="redis://...")
+    task_id = client.submit(task)
+    for item in client.results(group="trainer", consumer="rank0"):
+        train_on(item.result)      # a SessionResult with token-faithful traces
+        item.ack()                 # only after it is safely in the replay buffer
+
+Delivery is at-least-once (a consumer group with acks); ``results`` drops duplicates of a
+session it has already yielded, so a re-published result is never trained on twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+
+from pipeline.results import ResultsStream, StreamEntry
+from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
+
+
+class RolloutError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        self.status, self.body = status, body
+        err = body.get("error") if isinstance(body, dict) else None
+        super().__init__(f"{status}: {err.get('message') if isinstance(err, dict) else body}")
+
+
+@dataclass
+class Delivery:
+    entry_id: str
+    result: SessionResult
+    _ack: Callable[[], None]
+
+    def ack(self) -> None:
+        self._ack()
+
+
+class RolloutClient:
+    def __init__(self, api_url: str, *, redis_url: str | None = None, timeout: float = 30.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.redis_url = redis_url
+        self._http = httpx.Client(timeout=timeout)
+
+    # --- tasks -------------------------------------------------------------------------------
+
+    def submit(self, task: TaskRequest | dict[str, Any]) -> str:
+        payload = task.model_dump(mode="json") if isinstance(task, TaskRequest) else task
+        return self._call("POST", "/rollout/task/submit", json=payload)["task_id"]
+
+    def status(self, task_id: str, *, results: bool = True) -> TaskStatus:
+        data = self._call("GET", f"/rollout/task/{task_id}", params={"results": int(results)})
+        return TaskStatus.model_validate(data)
+
+    def cancel(self, task_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/rollout/task/{task_id}")
+
+    def pipeline_status(self) -> dict[str, Any]:
+        return self._call("GET", "/rollout/status")
+
+    def wait(self, task_id: str, *, timeout: float | None = None, poll_seconds: float = 1.0,
+             results: bool = True) -> TaskStatus:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status(task_id, results=False)
+            if st.status.is_terminal():
+                return self.status(task_id, results=True) if results else st
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"task {task_id} not finished after {timeout}s ({st.counts})")
+            time.sleep(poll_seconds)
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        resp = self._http.request(method, f"{self.api_url}{path}", **kw)
+        try:
+            body = resp.json()
+        except ValueError:
+            body = resp.text
+        if resp.status_code >= 400:
+            raise RolloutError(resp.status_code, body)
+        return body
+
+    # --- results -----------------------------------------------------------------------------
+
+    def results(self, *, group: str, consumer: str, block_ms: int = 5000, count: int = 16,
+                stop_after: float | None = None, claim_idle_ms: int = 300_000,
+                dedupe_window: int = 100_000) -> Iterator[Delivery]:
+        """Yield results from the stream through a consumer group, forever or until
+        ``stop_after`` seconds pass without a new result. Unacked entries of this consumer are
+        delivered first (restart), then entries idle in dead consumers, then new ones."""
+        if not self.redis_url:
+            raise ValueError("results() needs redis_url")
+        from pipeline.redis_conn import connect
+
+        stream = ResultsStream(connect(self.redis_url))
+        stream.ensure_group(group)
+        seen: OrderedDict[str, None] = OrderedDict()
+        idle_since = time.monotonic()
+
+        def deliver(batch: list[StreamEntry]) -> Iterator[Delivery]:
+            for e in batch:
+                if e.session_id in seen:  # a duplicate publication: acknowledge and skip
+                    stream.ack(group, e.entry_id)
+                    continue
+                seen[e.session_id] = None
+                if len(seen) > dedupe_window:
+                    seen.popitem(last=False)
+                yield Delivery(e.entry_id, e.result, lambda eid=e.entry_id: stream.ack(group, eid))
+
+        yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
+        yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms, count=1000))
+        while True:
+            batch = stream.read(group, consumer, pending=False, count=count, block_ms=block_ms)
+            if batch:
+                idle_since = time.monotonic()
+                yield from deliver(batch)
+            elif stop_after is not None and time.monotonic() - idle_since > stop_after:
+                return
+
+
+def load_task_file(path: Path) -> dict[str, Any]:
+    """Read a TaskRequest JSON file; relative ``src`` paths of upload actions resolve against
+    the file's folder, so example tasks work from any working directory."""
+    data = json.loads(path.read_text())
+    runtime = data.get("runtime") or {}
+    for key in ("prepare", "eval_prepare"):
+        for action in runtime.get(key) or []:
+            src = action.get("src")
+            if isinstance(src, str) and src and not Path(src).is_absolute():
+                action["src"] = str((path.parent / src).resolve())
+    return data

@@ -1,0 +1,92 @@
+"""Every Redis key the project uses, in one place.
+
+Session keys carry the session id as a Redis-Cluster hash tag (``{sid}``) so that every key of
+one session lives in one slot and a Lua script may touch several of them. The READY buffer's
+keys share the ``{ready}`` tag for the same reason. Nothing else in the code base builds a key
+by hand.
+"""
+
+from __future__ import annotations
+
+PREFIX = "polar"
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+def session(sid: str) -> str:
+    """Hash: status, task id, spec, timings, outcome, runtime handle, stage markers."""
+    return f"{PREFIX}:sess:{{{sid}}}"
+
+
+def session_completions(sid: str) -> str:
+    """List of msgpack CompletionRecord blobs, in arrival order (written by the proxy)."""
+    return f"{PREFIX}:sess:{{{sid}}}:completions"
+
+
+def session_errors(sid: str) -> str:
+    """List of msgpack records of failed upstream calls (never mixed with completions)."""
+    return f"{PREFIX}:sess:{{{sid}}}:errors"
+
+
+def session_inflight(sid: str) -> str:
+    """Counter of proxy calls in progress, so POSTRUN can wait for stragglers."""
+    return f"{PREFIX}:sess:{{{sid}}}:inflight"
+
+
+def session_lease(sid: str, stage: str) -> str:
+    """A worker's lease on one stage of one session (value = holder token, with a TTL)."""
+    return f"{PREFIX}:sess:{{{sid}}}:lease:{stage}"
+
+
+def session_trajectory(sid: str) -> str:
+    """msgpack Trajectory built by POSTRUN, rewarded by EVALUATE."""
+    return f"{PREFIX}:sess:{{{sid}}}:trajectory"
+
+
+def session_result(sid: str) -> str:
+    """msgpack SessionResult, the terminal record (kept for polling after publication)."""
+    return f"{PREFIX}:sess:{{{sid}}}:result"
+
+
+def session_published(sid: str) -> str:
+    """Results-stream entry id once the session's result has been published."""
+    return f"{PREFIX}:sess:{{{sid}}}:published"
+
+
+def session_responses(sid: str) -> str:
+    """Stored Responses-API objects for previous_response_id (proxy)."""
+    return f"{PREFIX}:sess:{{{sid}}}:responses"
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def task(tid: str) -> str:
+    """Hash: request JSON, state, counts, timestamps, callback delivery."""
+    return f"{PREFIX}:task:{{{tid}}}"
+
+
+def task_sessions(tid: str) -> str:
+    """List of the task's session ids, in sample order."""
+    return f"{PREFIX}:task:{{{tid}}}:sessions"
+
+
+def task_finished(tid: str) -> str:
+    """Set of session ids whose result has been counted (makes aggregation idempotent)."""
+    return f"{PREFIX}:task:{{{tid}}}:finished"
+
+
+TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time
+
+# --- READY buffer ----------------------------------------------------------------------------
+
+READY_LIST = f"{PREFIX}:{{ready}}:list"  # session ids whose runtime is initialised, FIFO
+READY_SLOTS = f"{PREFIX}:{{ready}}:slots"  # zset member=sid score=lease expiry (INIT + READY)
+
+# --- results ---------------------------------------------------------------------------------
+
+RESULTS_STREAM = f"{PREFIX}:results"
+
+# --- proxy -----------------------------------------------------------------------------------
+
+PROXY_PAUSE = f"{PREFIX}:proxy:paused"

@@ -1,0 +1,83 @@
+"""The bounded READY buffer: initialised runtimes waiting for a run slot.
+
+A session holds a *slot* from the moment INIT may start its runtime until RUN claims it, so INIT
+never runs ahead of the buffer (backpressure). Slots are leases in a sorted set scored by expiry:
+a slot whose holder died frees itself. The READY list keeps FIFO order for depth reporting and
+claiming; claiming removes the session from both atomically, so a RUN worker and a canceller can
+never both take the same runtime.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from pipeline import keys
+
+_RESERVE = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+  return 1
+end
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+  return 1
+end
+return 0
+"""
+_RENEW = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', t + tonumber(ARGV[2]), ARGV[1])
+"""
+_PUSH = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[1])
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+return redis.call('RPUSH', KEYS[2], ARGV[1])
+"""
+_CLAIM = """
+local n = redis.call('LREM', KEYS[2], 0, ARGV[1])
+if n > 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return n
+"""
+
+
+class ReadyBuffer:
+    def __init__(self, r: redis.Redis, capacity: int) -> None:
+        self._r = r
+        self.capacity = capacity
+
+    def reserve(self, session_id: str, ttl_seconds: float) -> bool:
+        """Take a slot for a session about to initialise; False when the buffer is full."""
+        return bool(self._r.eval(_RESERVE, 1, keys.READY_SLOTS, session_id, self.capacity, ttl_seconds))
+
+    def renew(self, session_id: str, ttl_seconds: float) -> bool:
+        return bool(self._r.eval(_RENEW, 1, keys.READY_SLOTS, session_id, ttl_seconds))
+
+    def push(self, session_id: str, ttl_seconds: float) -> None:
+        """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN."""
+        self._r.eval(_PUSH, 2, keys.READY_SLOTS, keys.READY_LIST, session_id, ttl_seconds)
+
+    def claim(self, session_id: str) -> bool:
+        """Take the session out of READY; exactly one caller ever gets True."""
+        return bool(self._r.eval(_CLAIM, 2, keys.READY_SLOTS, keys.READY_LIST, session_id))
+
+    def release(self, session_id: str) -> None:
+        """Give the slot back without running (INIT failed or the session was cancelled)."""
+        pipe = self._r.pipeline(transaction=True)
+        pipe.zrem(keys.READY_SLOTS, session_id)
+        pipe.lrem(keys.READY_LIST, 0, session_id)
+        pipe.execute()
+
+    def depth(self) -> int:
+        return int(self._r.llen(keys.READY_LIST))
+
+    def reserved(self) -> int:
+        return int(self._r.zcard(keys.READY_SLOTS))
+
+    def snapshot(self) -> dict[str, int]:
+        return {"depth": self.depth(), "reserved": self.reserved(), "capacity": self.capacity}

@@ -1,0 +1,110 @@
+"""The results stream: one msgpack ``SessionResult`` per terminal session (schema version inside).
+
+Publishing is guarded by a per-session marker so a redelivered callback stage does not append
+again. The marker is written after XADD, so a crash in that microsecond window can still produce
+a second entry; consumers therefore also de-duplicate on ``session_id`` (the trainer client does).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import redis
+
+from pipeline import keys
+from pipeline.codec import pack, unpack
+from pipeline.schemas import SessionResult
+
+_PENDING = b"pending:"
+PUBLISH_CLAIM_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    entry_id: str
+    session_id: str
+    result: SessionResult
+
+
+class ResultsStream:
+    def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM):
+        self._r = r
+        self.maxlen = maxlen
+        self.stream = stream
+
+    # --- producer ----------------------------------------------------------------------------
+
+    def publish_once(self, result: SessionResult) -> str | None:
+        """Append ``result`` unless this session was already published; returns the entry id
+        (None while another process is publishing the same session right now)."""
+        marker = keys.session_published(result.session_id)
+        for _ in range(3):
+            current = self._r.get(marker)
+            if current and not current.startswith(_PENDING):
+                return current.decode()
+            claim = _PENDING + uuid.uuid4().hex.encode()
+            if self._r.set(marker, claim, nx=True, ex=PUBLISH_CLAIM_SECONDS):
+                break
+            if current and current.startswith(_PENDING):
+                return None  # a live publisher holds the claim; its stage will finish the job
+        else:
+            return None
+        entry_id = self._r.xadd(
+            self.stream,
+            {"data": pack(result), "session_id": result.session_id, "task_id": result.task_id,
+             "schema_version": str(result.schema_version)},
+            maxlen=self.maxlen,
+            approximate=True,
+        ).decode()
+        self._r.set(marker, entry_id)
+        return entry_id
+
+    def published_id(self, session_id: str) -> str | None:
+        v = self._r.get(keys.session_published(session_id))
+        return None if v is None or v.startswith(_PENDING) else v.decode()
+
+    # --- consumer ----------------------------------------------------------------------------
+
+    def ensure_group(self, group: str) -> None:
+        try:
+            # id=0: entries published before the group existed are delivered too.
+            self._r.xgroup_create(self.stream, group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read(self, group: str, consumer: str, *, pending: bool, count: int = 16,
+             block_ms: int | None = 1000) -> list[StreamEntry]:
+        """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
+        resp = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
+                                  count=count, block=None if pending else block_ms)
+        return [e for _, entries in (resp or []) for e in map(_decode, entries) if e is not None]
+
+    def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 16) -> list[StreamEntry]:
+        """Take over entries another consumer read but never acked (it died)."""
+        _, entries, _deleted = self._r.xautoclaim(self.stream, group, consumer, min_idle_ms,
+                                                  start_id="0-0", count=count)
+        return [e for e in map(_decode, entries) if e is not None]
+
+    def ack(self, group: str, *entry_ids: str) -> int:
+        return int(self._r.xack(self.stream, group, *entry_ids)) if entry_ids else 0
+
+    def lag(self, group: str) -> int | None:
+        for g in self._r.xinfo_groups(self.stream):
+            if g["name"].decode() == group:
+                lag = g.get("lag")
+                return None if lag is None else int(lag)
+        return None
+
+
+def _decode(entry: tuple) -> StreamEntry | None:
+    entry_id, fields = entry
+    if not fields:  # deleted by trimming while pending
+        return None
+    data = fields.get(b"data")
+    result = SessionResult.model_validate(unpack(data))
+    return StreamEntry(entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+                       result.session_id, result)
+
+

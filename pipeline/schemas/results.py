@@ -1,0 +1,148 @@
+"""What a trainer receives: traces (the paper's A.4 shape), trajectories, session/task results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from pipeline.status import SessionStatus, TaskState
+
+SCHEMA_VERSION = 1
+
+
+class TokenLogprob(BaseModel):
+    token_id: int
+    logprob: float
+    token: str | None = None
+
+
+class Trace(BaseModel):
+    """One training sequence. ``loss_mask`` 1.0 marks tokens the behaviour policy sampled."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[float]
+    response_logprobs: list[TokenLogprob]
+    prompt_messages: list[dict[str, Any]] = Field(default_factory=list)
+    response_messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    finish_reason: str | None = None
+    reward: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Trace":
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.response_logprobs) != n:
+            raise ValueError(
+                f"loss_mask ({len(self.loss_mask)}), response_logprobs "
+                f"({len(self.response_logprobs)}) and response_ids ({n}) must have equal length"
+            )
+        for i, (tid, lp) in enumerate(zip(self.response_ids, self.response_logprobs)):
+            if lp.token_id != tid:
+                raise ValueError(f"response_logprobs[{i}].token_id != response_ids[{i}]")
+        return self
+
+    @property
+    def trainable_tokens(self) -> int:
+        return int(sum(1 for m in self.loss_mask if m))
+
+
+class Trajectory(BaseModel):
+    status: SessionStatus = SessionStatus.COMPLETED
+    traces: list[Trace] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class SessionTiming(BaseModel):
+    """Wall-clock stamps (epoch seconds) per stage; durations are derived, never stored twice."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    registered_at: float | None = None
+    init_started_at: float | None = None
+    ready_at: float | None = None
+    run_started_at: float | None = None
+    run_ended_at: float | None = None
+    postrun_started_at: float | None = None
+    postrun_ended_at: float | None = None
+    evaluate_started_at: float | None = None
+    evaluate_ended_at: float | None = None
+    finished_at: float | None = None
+
+    @staticmethod
+    def _ms(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round((b - a) * 1000.0, 1)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def durations_ms(self) -> dict[str, float | None]:
+        return {
+            "queue": self._ms(self.registered_at, self.init_started_at),
+            "init": self._ms(self.init_started_at, self.ready_at),
+            "ready_wait": self._ms(self.ready_at, self.run_started_at),
+            "run": self._ms(self.run_started_at, self.run_ended_at),
+            "postrun": self._ms(self.postrun_started_at, self.postrun_ended_at),
+            "evaluate": self._ms(self.evaluate_started_at, self.evaluate_ended_at),
+            "total": self._ms(self.registered_at, self.finished_at),
+        }
+
+
+class SessionResult(BaseModel):
+    """The terminal record of one session; published once to the results stream as msgpack."""
+
+    schema_version: int = SCHEMA_VERSION
+    session_id: str
+    task_id: str
+    sample_index: int = 0
+    status: SessionStatus
+    reward: float | None = None
+    trajectory: Trajectory = Field(default_factory=Trajectory)
+    timing: SessionTiming = Field(default_factory=SessionTiming)
+    error: str | None = None
+    evaluation: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def summary(self) -> "SessionSummary":
+        traces = self.trajectory.traces
+        return SessionSummary(
+            session_id=self.session_id,
+            sample_index=self.sample_index,
+            status=self.status,
+            reward=self.reward,
+            num_traces=len(traces),
+            prompt_tokens=sum(len(t.prompt_ids) for t in traces),
+            response_tokens=sum(len(t.response_ids) for t in traces),
+            trainable_tokens=sum(t.trainable_tokens for t in traces),
+            durations_ms=self.timing.durations_ms,
+            error=self.error,
+        )
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    sample_index: int = 0
+    status: SessionStatus
+    reward: float | None = None
+    num_traces: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    trainable_tokens: int = 0
+    durations_ms: dict[str, float | None] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class TaskStatus(BaseModel):
+    task_id: str
+    status: TaskState
+    total_sessions: int
+    finished_sessions: int = 0
+    counts: dict[str, int] = Field(default_factory=dict)  # session status -> count
+    sessions: list[SessionSummary] = Field(default_factory=list)
+    results: list[SessionResult] = Field(default_factory=list)
+    created_at: float | None = None
+    finished_at: float | None = None
+    callback: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,54 @@
+"""Build the completion record of one model call (pure, on the hot path: plain dicts + msgpack)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pipeline.codec import pack
+from proxy.upstream import Captured
+
+# Already captured as structured fields; not stored twice.
+_BULKY = ("prompt_token_ids", "prompt_logprobs")
+_BULKY_CHOICE = ("token_ids", "logprobs")
+
+
+def build_record(*, session_id: str, seq: int, provider: str, stream: bool, captured: Captured,
+                 original: dict[str, Any], normalized: dict[str, Any], upstream: dict[str, Any],
+                 response_message: dict[str, Any], started_at: float, finished_at: float,
+                 latency_ms: float, upstream_url: str, policy_version: str | None) -> bytes:
+    slim = {k: v for k, v in upstream.items() if k not in _BULKY}
+    slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
+                       for c in upstream.get("choices") or []]
+    return pack({
+        "completion_id": f"cmpl-{uuid.uuid4().hex}",
+        "session_id": session_id,
+        "seq": seq,
+        "provider": provider,
+        "stream": stream,
+        "model": original.get("model"),
+        "upstream_model": normalized.get("model"),
+        "upstream_url": upstream_url,
+        "policy_version": policy_version,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "upstream_latency_ms": latency_ms,
+        "prompt_ids": captured.prompt_ids,
+        "response_ids": captured.response_ids,
+        "response_logprobs": captured.response_logprobs,
+        "response_tokens": captured.response_tokens,
+        "finish_reason": captured.finish_reason,
+        "stop_reason": captured.stop_reason,
+        "usage": upstream.get("usage") or {},
+        "response_message": response_message,
+        "original_request": original,
+        "normalized_request": normalized,
+        "upstream_response": slim,
+    })
+
+
+def build_error_record(*, session_id: str, provider: str, status: int, error_type: str, message: str,
+                       original: dict[str, Any], started_at: float, finished_at: float) -> bytes:
+    return pack({"session_id": session_id, "provider": provider, "status_code": status,
+                 "error_type": error_type, "message": message, "original_request": original,
+                 "started_at": started_at, "finished_at": finished_at})

@@ -1,0 +1,62 @@
+"""The proxy's exception tree. Every error reaches the harness in its own provider's format.
+
+    ProxyError                      status  code
+     ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
+     │    └── PayloadTooLarge        413
+     ├── SessionNotFound             404    unknown session id
+     ├── SessionNotActive            403    the session no longer accepts model calls
+     ├── UnsupportedEndpoint         404    a path no provider serves
+     └── UpstreamError               502    the inference server failed or misbehaved
+          ├── UpstreamRejected       4xx    it refused the request (its status is passed on)
+          └── UpstreamTimeout        504
+"""
+
+from __future__ import annotations
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "api_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class BadRequest(ProxyError):
+    status, type, code = 400, "invalid_request_error", "invalid_request"
+
+
+class PayloadTooLarge(BadRequest):
+    status, code = 413, "request_too_large"
+
+
+class SessionNotFound(ProxyError):
+    status, type, code = 404, "invalid_request_error", "session_not_found"
+
+
+class SessionNotActive(ProxyError):
+    status, type, code = 403, "permission_error", "session_not_active"
+
+
+class UnsupportedEndpoint(ProxyError):
+    status, type, code = 404, "invalid_request_error", "unsupported_endpoint"
+
+
+class UpstreamError(ProxyError):
+    status, type, code = 502, "api_error", "upstream_error"
+
+
+class UpstreamRejected(UpstreamError):
+    code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status = status
+        self.type = "invalid_request_error"
+
+
+class UpstreamTimeout(UpstreamError):
+    status, code = 504, "upstream_timeout"

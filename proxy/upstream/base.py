@@ -1,0 +1,34 @@
+"""The upstream-engine seam: how one inference server's dialect asks for and returns token ids.
+
+An engine is pure: ``prepare`` adds its capture fields to a Chat Completions request, and
+``extract`` pulls prompt ids, sampled ids and logprobs out of its answer, refusing answers
+that lack them (a completion without ids must never become training data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+class CaptureError(Exception):
+    """The upstream answered, but not with what token-faithful capture needs."""
+
+
+@dataclass(frozen=True)
+class Captured:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    response_tokens: list[str] | None
+    finish_reason: str | None
+    stop_reason: Any
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+
+    def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]: ...
+
+    def extract(self, response: dict[str, Any]) -> Captured: ...

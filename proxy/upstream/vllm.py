@@ -1,0 +1,56 @@
+"""vLLM's dialect (>= 0.10.2): ``return_token_ids`` adds ``prompt_token_ids`` (top level) and
+``choices[].token_ids``; ``logprobs`` gives ``choices[].logprobs.content[]`` aligned with them.
+The reference server in ``infra/refserver`` speaks the same dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.upstream.base import CaptureError, Captured
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
+        out = dict(request)
+        out["stream"] = False
+        out["logprobs"] = True
+        out["top_logprobs"] = top_logprobs
+        out["return_token_ids"] = True
+        # vLLM >= 0.16 reads `reasoning`; harnesses replay history as `reasoning_content`.
+        msgs = out.get("messages") or []
+        if any(isinstance(m, dict) and "reasoning_content" in m for m in msgs):
+            out["messages"] = [_rename_reasoning(m) for m in msgs]
+        return out
+
+    def extract(self, response: dict[str, Any]) -> Captured:
+        try:
+            choice = response["choices"][0]
+        except (KeyError, IndexError, TypeError):
+            raise CaptureError("upstream response has no choices") from None
+        prompt_ids = response.get("prompt_token_ids")
+        response_ids = choice.get("token_ids")
+        if not isinstance(prompt_ids, list) or not isinstance(response_ids, list):
+            raise CaptureError("upstream returned no token ids; it must support vLLM's "
+                               "return_token_ids (vLLM >= 0.10.2)")
+        content = (choice.get("logprobs") or {}).get("content")
+        if not isinstance(content, list) or len(content) != len(response_ids):
+            raise CaptureError(f"upstream logprobs ({len(content) if isinstance(content, list) else 'none'}) "
+                               f"do not align with its {len(response_ids)} token ids")
+        return Captured(
+            prompt_ids=[int(t) for t in prompt_ids],
+            response_ids=[int(t) for t in response_ids],
+            response_logprobs=[float(e["logprob"]) for e in content],
+            response_tokens=[str(e.get("token", "")) for e in content],
+            finish_reason=choice.get("finish_reason"),
+            stop_reason=choice.get("stop_reason"),
+        )
+
+
+def _rename_reasoning(m: Any) -> Any:
+    if not isinstance(m, dict) or "reasoning_content" not in m:
+        return m
+    m = dict(m)
+    m.setdefault("reasoning", m.pop("reasoning_content"))
+    return m

@@ -1,0 +1,100 @@
+"""OpenAI Chat conversion, checked against the official SDK's own types and stream accumulator."""
+
+import json
+
+import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from proxy.errors import BadRequest
+from proxy.providers import openai_chat
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+
+
+def upstream(content=None, calls=(), finish="stop"):
+    msg = {"role": "assistant", "content": content, "reasoning": None}
+    if calls:
+        msg["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
+                              "function": {"name": n, "arguments": json.dumps(a)}} for i, (n, a) in enumerate(calls)]
+    return {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "up",
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish, "stop_reason": None,
+                         "token_ids": [1, 2], "logprobs": {"content": [
+                             {"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []},
+                             {"token": "b", "logprob": -0.25, "bytes": [98], "top_logprobs": []}]}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+            "prompt_token_ids": [9, 9, 9]}
+
+
+def test_normalize_renames_and_drops_platform_fields():
+    body = {"model": "m", "messages": [{"role": "developer", "content": "sys"}, {"role": "user", "content": "hi"}],
+            "max_completion_tokens": 50, "store": True, "metadata": {"a": 1}, "stream": True,
+            "stream_options": {"include_usage": True}, "tools": TOOLS, "temperature": 0.5, "user": "u"}
+    out = openai_chat.normalize(body)
+    assert out["messages"][0]["role"] == "system" and body["messages"][0]["role"] == "developer"
+    assert out["max_tokens"] == 50 and out["temperature"] == 0.5 and out["tools"] == TOOLS
+    for dropped in ("store", "metadata", "stream", "stream_options", "user", "max_completion_tokens"):
+        assert dropped not in out
+
+
+def test_empty_tools_are_dropped_with_tool_choice():
+    out = openai_chat.normalize({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})
+    assert "tools" not in out and "tool_choice" not in out
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"content": "no role"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 99}, "top_logprobs"),
+])
+def test_bad_requests_name_the_parameter(body, param):
+    with pytest.raises(BadRequest) as info:
+        openai_chat.normalize(body)
+    assert info.value.param == param and info.value.status == 400
+
+
+def test_response_parses_with_the_sdk_and_hides_capture_fields():
+    req = {"model": "agent-model", "messages": [{"role": "user", "content": "x"}]}
+    resp = openai_chat.to_response(upstream(calls=[("bash", {"command": "ls"})]), req)
+    parsed = ChatCompletion.model_validate(resp)
+    assert parsed.model == "agent-model"
+    assert parsed.choices[0].finish_reason == "tool_calls"
+    assert json.loads(parsed.choices[0].message.tool_calls[0].function.arguments) == {"command": "ls"}
+    assert parsed.choices[0].logprobs is None  # not asked for
+    flat = json.dumps(resp)
+    assert "prompt_token_ids" not in flat and "token_ids" not in flat
+
+
+def test_logprobs_are_returned_when_asked():
+    req = {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 0}
+    resp = ChatCompletion.model_validate(openai_chat.to_response(upstream("ab"), req))
+    assert [c.logprob for c in resp.choices[0].logprobs.content] == [-0.5, -0.25]
+
+
+@pytest.mark.parametrize("content, calls, include_usage", [
+    ("hello", [], True),
+    (None, [("bash", {"command": "ls"}), ("bash", {"command": "pwd"})], False),
+    ("thinking aloud", [("bash", {"command": "echo ü"})], True),
+])
+def test_synthetic_stream_accumulates_to_the_same_message(content, calls, include_usage):
+    req = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "stream": True}
+    full = openai_chat.to_response(upstream(content, calls, "tool_calls" if calls else "stop"), req)
+    chunks = openai_chat.stream_chunks(full, include_usage=include_usage)
+    state = ChatCompletionStreamState(input_tools=TOOLS)
+    for c in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(c))
+    final = state.get_final_completion()
+    expected = ChatCompletion.model_validate(full)
+    assert final.choices[0].message.content == expected.choices[0].message.content
+    assert final.choices[0].finish_reason == expected.choices[0].finish_reason
+    got = [(t.id, t.function.name, t.function.arguments) for t in final.choices[0].message.tool_calls or []]
+    want = [(t.id, t.function.name, t.function.arguments) for t in expected.choices[0].message.tool_calls or []]
+    assert got == want
+    assert (chunks[-1].get("usage") is not None) == include_usage
+    if include_usage:
+        assert chunks[-1]["choices"] == [] and final.usage.total_tokens == 9

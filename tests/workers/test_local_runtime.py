@@ -1,0 +1,96 @@
+"""The local runtime: isolated HOME and env, process-group kills on timeout and cancel."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.schemas import RuntimeSpec
+from workers import runtimes
+
+
+@pytest.fixture
+def rt(tmp_path):
+    runtime = runtimes.create(RuntimeSpec(env={"FROM_SPEC": "1"}), "sess-1", tmp_path)
+    runtime.start()
+    yield runtime
+    runtime.stop()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_env_is_isolated_and_injected(rt, monkeypatch):
+    monkeypatch.setenv("WORKER_SECRET", "leak")
+    res = rt.exec('echo "$HOME|$FROM_SPEC|$EXTRA|${WORKER_SECRET:-none}|$PWD"', env={"EXTRA": "x"})
+    home, spec, extra, secret, pwd = res.stdout.strip().split("|")
+    assert res.ok and home.endswith("sess-1/home") and spec == "1" and extra == "x"
+    assert secret == "none"
+    assert pwd.endswith("sess-1/workspace")
+
+
+def test_timeout_kills_the_whole_process_group(rt, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    res = rt.exec(f"sleep 300 & echo $! > {pidfile}; sleep 300", timeout=0.5)
+    assert res.timed_out and res.exit_code is None
+    assert time.monotonic() - started < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def test_cancel_from_another_process_kills_the_command(rt, tmp_path):
+    handle = rt.handle
+    code = ("import sys, time; from workers import runtimes; time.sleep(0.5); "
+            f"runtimes.attach({handle!r}).cancel()")
+    canceller = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2])
+    res = rt.exec("sleep 300", timeout=60)
+    canceller.wait(timeout=30)
+    assert res.cancelled and not res.timed_out
+
+
+def test_should_cancel_callback_is_polled(rt):
+    t0 = time.monotonic()
+    res = rt.exec("sleep 300", should_cancel=lambda: time.monotonic() - t0 > 0.3)
+    assert res.cancelled
+
+
+def test_nonzero_exit_and_streams(rt):
+    res = rt.exec("echo out; echo err >&2; exit 3")
+    assert res.exit_code == 3 and res.stdout.strip() == "out" and res.stderr.strip() == "err"
+
+
+def test_upload_download_and_session_paths(rt, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("payload")
+    rt.upload(str(src), "/polar/session/agent/in.txt")
+    rt.upload(str(src), "rel/in.txt")
+    assert rt.exec("cat ../agent/in.txt rel/in.txt").stdout == "payloadpayload"
+    rt.download("rel/in.txt", str(tmp_path / "out.txt"))
+    assert (tmp_path / "out.txt").read_text() == "payload"
+
+
+def test_stop_removes_everything(tmp_path):
+    runtime = runtimes.create(RuntimeSpec(), "sess-2", tmp_path)
+    runtime.start()
+    runtime.stop()
+    runtime.stop()  # twice is fine
+    assert not (tmp_path / "sess-2").exists()
+
+
+def test_unknown_backend_is_a_clear_error(tmp_path):
+    with pytest.raises(runtimes.RuntimeStartError, match="not available"):
+        runtimes.create(RuntimeSpec(backend="docker"), "s", tmp_path)

@@ -1,0 +1,55 @@
+"""The evaluator seam: a finished session in, a reward out.
+
+Evaluators run after the trajectory is built, with the session's runtime still up (so they can
+run tests in it). ``outcome_reward`` is broadcast to every trace unless ``trace_rewards`` gives
+one reward per trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pipeline.schemas import SessionSpec, Trajectory
+from pipeline.status import Outcome
+from workers.runtimes import Runtime
+
+
+class EvaluationError(Exception):
+    pass
+
+
+@dataclass
+class EvalContext:
+    spec: SessionSpec
+    outcome: Outcome
+    trajectory: Trajectory
+    runtime: Runtime | None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EvalResult:
+    outcome_reward: float
+    trace_rewards: list[float] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        rewards = [self.outcome_reward, *(self.trace_rewards or [])]
+        if not all(isinstance(r, (int, float)) and math.isfinite(r) for r in rewards):
+            raise EvaluationError(f"rewards must be finite numbers, got {rewards}")
+
+    def apply(self, trajectory: Trajectory) -> None:
+        if self.trace_rewards is not None and len(self.trace_rewards) != len(trajectory.traces):
+            raise EvaluationError(
+                f"{len(self.trace_rewards)} trace rewards for {len(trajectory.traces)} traces")
+        for i, trace in enumerate(trajectory.traces):
+            trace.reward = float(self.trace_rewards[i] if self.trace_rewards else self.outcome_reward)
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    name: str
+
+    def evaluate(self, ctx: EvalContext) -> EvalResult: ...

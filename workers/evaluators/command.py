@@ -1,0 +1,35 @@
+"""``command``: run a command in the session's runtime; the reward comes from its exit status.
+
+Config: ``command`` (required), ``timeout_seconds`` (default 600), ``cwd``, ``env``,
+``pass_reward`` / ``fail_reward`` (default 1.0 / 0.0), ``success_exit_codes`` (default [0]).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.evaluators.base import EvalContext, EvalResult, EvaluationError
+
+
+class CommandEvaluator:
+    name = "command"
+
+    def __init__(self, command: str, timeout_seconds: float = 600, cwd: str | None = None,
+                 env: dict[str, str] | None = None, pass_reward: float = 1.0,
+                 fail_reward: float = 0.0, success_exit_codes: list[int] | None = None) -> None:
+        if not isinstance(command, str) or not command.strip():
+            raise TypeError("'command' must be a non-empty string")
+        self.command, self.timeout, self.cwd = command, float(timeout_seconds), cwd
+        self.env = dict(env or {})
+        self.pass_reward, self.fail_reward = float(pass_reward), float(fail_reward)
+        self.success = set(success_exit_codes or [0])
+
+    def evaluate(self, ctx: EvalContext) -> EvalResult:
+        if ctx.runtime is None:
+            raise EvaluationError("the command evaluator needs the session's runtime")
+        res = ctx.runtime.exec(self.command, cwd=self.cwd, env={**ctx.env, **self.env},
+                               timeout=self.timeout, log_name="evaluate")
+        passed = res.exit_code in self.success
+        meta: dict[str, Any] = {"exit_code": res.exit_code, "timed_out": res.timed_out,
+                                "stdout_tail": res.stdout[-2000:], "stderr_tail": res.stderr[-2000:]}
+        return EvalResult(self.pass_reward if passed else self.fail_reward, metadata=meta)

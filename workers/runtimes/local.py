@@ -1,0 +1,179 @@
+"""``local``: a per-session directory on this machine, commands as process groups.
+
+For development, tests and trusted workloads; it isolates HOME, TMPDIR and the environment,
+not the filesystem. Each command runs in its own session (process group) whose id is written
+under ``.pids/`` so that ``cancel``/``stop`` from any process can kill the whole group.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from workers.runtimes.base import SESSION_MOUNT, ExecError, ExecResult, RuntimeStartError
+
+POLL_SECONDS = 0.1
+KILL_GRACE_SECONDS = 2.0
+TAIL_BYTES = 64 * 1024
+
+
+class LocalRuntime:
+    backend = "local"
+
+    def __init__(self, root: Path, workdir: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.workdir = workdir
+        self.env = env
+        self.handle: dict[str, Any] = {
+            "backend": self.backend, "root": str(root), "workdir": str(workdir), "env": env,
+        }
+
+    @classmethod
+    def create(cls, spec: Any, session_id: str, runtime_root: Path) -> "LocalRuntime":
+        root = (runtime_root / session_id).resolve()
+        workdir = _map(spec.workdir, root, root / "workspace") if spec.workdir else root / "workspace"
+        return cls(root, workdir, dict(spec.env))
+
+    @classmethod
+    def attach(cls, handle: dict[str, Any]) -> "LocalRuntime":
+        return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}))
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            for sub in ("workspace", "home", "tmp", "logs", "artifacts", ".pids"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeStartError(f"cannot create {self.root}: {exc}") from exc
+
+    def stop(self) -> None:
+        self.cancel()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def cancel(self) -> None:
+        pids = self.root / ".pids"
+        if not pids.is_dir():
+            return
+        (self.root / ".cancelled").touch()
+        for f in pids.iterdir():
+            _killpg(int(f.name), signal.SIGKILL)
+
+    # --- commands ----------------------------------------------------------------------------
+
+    def base_env(self) -> dict[str, str]:
+        # A clean environment (not the worker's): the runtime sees only what it is given.
+        path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
+        return {
+            "PATH": path, "HOME": str(self.root / "home"), "TMPDIR": str(self.root / "tmp"),
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "POLAR_SESSION_DIR": str(self.root),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+             timeout: float | None = None, should_cancel: Callable[[], bool] | None = None,
+             log_name: str | None = None) -> ExecResult:
+        full_env = {**self.base_env(), **self.env, **(env or {})}
+        workdir = _map(cwd, self.root, self.workdir) if cwd else self.workdir
+        name = log_name or f"exec-{time.time_ns()}"
+        out_path, err_path = self.root / "logs" / f"{name}.stdout", self.root / "logs" / f"{name}.stderr"
+        if (self.root / ".cancelled").exists():
+            return ExecResult(None, cancelled=True)
+        started = time.monotonic()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            try:
+                proc = subprocess.Popen(["bash", "-c", command], cwd=workdir, env=full_env,
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True)
+            except OSError as exc:
+                raise ExecError(f"cannot start command in {workdir}: {exc}") from exc
+            pidfile = self.root / ".pids" / str(proc.pid)
+            pidfile.touch()
+            timed_out = cancelled = False
+            try:
+                while proc.poll() is None:
+                    elapsed = time.monotonic() - started
+                    if timeout is not None and elapsed >= timeout:
+                        timed_out = True
+                    elif (self.root / ".cancelled").exists() or (should_cancel and should_cancel()):
+                        cancelled = True
+                    if timed_out or cancelled:
+                        _terminate_group(proc)
+                        break
+                    time.sleep(POLL_SECONDS if timeout is None else
+                               max(0.0, min(POLL_SECONDS, timeout - elapsed)))
+                # Killed from another process (``cancel``) before this loop saw the marker.
+                cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
+            finally:
+                # Whatever the command left behind in its group goes with it.
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                pidfile.unlink(missing_ok=True)
+        return ExecResult(
+            exit_code=None if (timed_out or cancelled) else proc.returncode,
+            stdout=_tail(out_path), stderr=_tail(err_path), timed_out=timed_out,
+            cancelled=cancelled, duration_seconds=time.monotonic() - started,
+            log_paths={"stdout": str(out_path), "stderr": str(err_path)},
+        )
+
+    # --- files -------------------------------------------------------------------------------
+
+    def upload(self, src: str, dst: str) -> None:
+        _copy(Path(src), _map(dst, self.root, self.workdir))
+
+    def download(self, src: str, dst: str) -> None:
+        _copy(_map(src, self.root, self.workdir), Path(dst))
+
+    def path(self, runtime_path: str) -> Path:
+        return _map(runtime_path, self.root, self.workdir)
+
+
+def _map(path: str, root: Path, workdir: Path) -> Path:
+    """Runtime paths: ``/polar/session/...`` is the session dir, relative paths the workdir."""
+    if path == SESSION_MOUNT or path.startswith(SESSION_MOUNT + "/"):
+        return root / path[len(SESSION_MOUNT):].lstrip("/")
+    p = Path(path)
+    return p if p.is_absolute() else workdir / p
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if not src.exists():
+        raise FileNotFoundError(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    else:
+        shutil.copy2(src, dst)
+
+
+def _terminate_group(proc: subprocess.Popen) -> None:
+    _killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
+    _killpg(proc.pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,106 @@
+"""What every stage shares: per-process dependencies and the redelivery-safe stage wrapper.
+
+``run_stage`` gives each (session, stage) these guarantees, whatever Celery delivers:
+  * two live copies never run at once (a stage lease with a heartbeat);
+  * a stage that finished is never run again: a redelivered copy only re-sends the next stage
+    (which is guarded the same way), covering a crash between "done" and "dispatch";
+  * a stage whose worker died mid-way is *recovered*, not blindly re-run: stages with side
+    effects outside Redis (INIT, RUN) fail the session to POSTRUN instead of running the agent
+    a second time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import redis
+from celery import Celery
+
+from pipeline import keys
+from pipeline.celery_app import dispatch, make_app
+from pipeline.leases import StageLease
+from pipeline.ready_buffer import ReadyBuffer
+from pipeline.redis_conn import connect
+from pipeline.results import ResultsStream
+from pipeline.sessions import SessionState, SessionStore
+from pipeline.settings import Settings
+from pipeline.status import Stage
+from pipeline.tasks import TaskStore
+
+log = logging.getLogger("polar.stages")
+
+
+class Skip(Exception):
+    """The stage has nothing to do for this session (already handled elsewhere)."""
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    r: redis.Redis
+    sessions: SessionStore
+    ready: ReadyBuffer
+    tasks: TaskStore
+    results: ResultsStream
+    app: Celery
+
+
+@functools.lru_cache(maxsize=None)
+def _deps_for(pid: int) -> Deps:
+    settings = Settings.from_env()
+    r = connect(settings)
+    sessions = SessionStore(r, settings.result_ttl_seconds)
+    ready = ReadyBuffer(r, settings.ready_capacity)
+    return Deps(settings, r, sessions, ready, TaskStore(r, sessions, ready, settings.result_ttl_seconds),
+                ResultsStream(r, maxlen=settings.results_stream_maxlen), make_app(settings))
+
+
+def deps() -> Deps:
+    return _deps_for(os.getpid())  # forked pool children get their own connections
+
+
+Body = Callable[[Deps, SessionState, StageLease], "Stage | None"]
+Recover = Callable[[Deps, SessionState], "Stage | None"]
+
+
+def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None) -> str:
+    d = deps()
+    lease = StageLease(d.r, session_id, stage.value, d.settings.stage_lease_seconds)
+    if not lease.acquire():
+        log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
+        return "duplicate"
+    try:
+        state = d.sessions.get(session_id)
+        if state is None:
+            log.warning("%s %s: unknown or expired session", stage.value, session_id)
+            return "missing"
+        key = keys.session(session_id)
+        done = state.fields.get(f"done:{stage.value}")
+        if done:
+            _send(d, Stage(done) if done != "-" else None, session_id)
+            return "already-done"
+        if state.fields.get(f"started:{stage.value}") and recover is not None:
+            log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
+            nxt = recover(d, state)
+        else:
+            d.r.hset(key, f"started:{stage.value}", "1")
+            try:
+                nxt = body(d, state, lease)
+            except Skip as why:
+                log.info("%s %s: skipped (%s)", stage.value, session_id, why)
+                return "skipped"
+        # Remember where this stage sent the session, for a redelivered copy to repeat.
+        d.r.hset(key, f"done:{stage.value}", nxt.value if nxt is not None else "-")
+        _send(d, nxt, session_id)
+        return "done"
+    finally:
+        lease.release()
+
+
+def _send(d: Deps, stage: Stage | None, session_id: str) -> None:
+    if stage is not None:
+        dispatch(d.app, stage, session_id)

@@ -1,0 +1,68 @@
+"""EVALUATE: reward the trajectory with the session's evaluator (in its runtime), then tear the
+runtime down and store the terminal ``SessionResult`` for CALLBACK to publish."""
+
+from __future__ import annotations
+
+import time
+
+from pipeline import keys
+from pipeline.codec import pack, unpack
+from pipeline.leases import StageLease
+from pipeline.schemas import SessionResult, Trajectory
+from pipeline.sessions import SessionState
+from pipeline.status import Outcome, SessionStatus, Stage
+from workers import evaluators, harnesses, runtimes
+from workers.evaluators import EvalContext
+from workers.stages.common import Deps, Skip, log
+
+
+def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+    sid, spec = state.session_id, state.spec
+    if state.status != SessionStatus.EVALUATING:
+        raise Skip(f"status is {state.status.value}")
+    started = d.sessions.stamp(sid, "evaluate_started_at")
+    blob = d.r.get(keys.session_trajectory(sid))
+    trajectory = Trajectory.model_validate(unpack(blob)) if blob else Trajectory(error="trajectory missing")
+    if d.sessions.cancel_requested(sid):
+        d.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled")
+    outcome = d.sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")
+    runtime = runtimes.attach(state.runtime) if state.runtime else None
+    reward, evaluation, eval_error = None, {"strategy": spec.evaluator.strategy}, None
+    try:
+        if outcome != Outcome.CANCELLED:
+            evaluator = evaluators.create(spec.evaluator.strategy, spec.evaluator.config)
+            env = {**harnesses.harness_env(d.settings.proxy_url, spec), **spec.evaluator.env}
+            res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env))
+            res.apply(trajectory)
+            reward = res.outcome_reward
+            evaluation.update(res.metadata, outcome_reward=reward, trace_rewards=res.trace_rewards)
+    except Exception as exc:
+        eval_error = f"evaluation failed: {exc}"
+        log.warning("evaluate %s: %s", sid, eval_error)
+    finally:
+        if runtime is not None:
+            _teardown(runtime, sid)
+    fresh = d.sessions.get(sid) or state
+    status = outcome.terminal_status()
+    error = fresh.error
+    if status == SessionStatus.COMPLETED and (trajectory.error or eval_error):
+        status, error = SessionStatus.ERROR, trajectory.error or eval_error
+    trajectory.status = status
+    result = SessionResult(
+        session_id=sid, task_id=spec.task_id, sample_index=spec.sample_index, status=status,
+        reward=reward, trajectory=trajectory, error=error or eval_error, evaluation=evaluation,
+        metadata={**spec.metadata, "harness": spec.agent.harness, "model_name": spec.agent.model_name},
+    )
+    result.timing = fresh.timing.model_copy(update={"evaluate_started_at": started,
+                                                    "evaluate_ended_at": time.time()})
+    d.r.set(keys.session_result(sid), pack(result), ex=d.settings.result_ttl_seconds)
+    d.sessions.stamp(sid, "evaluate_ended_at")
+    return Stage.CALLBACK
+
+
+def _teardown(runtime: runtimes.Runtime, sid: str) -> None:
+    try:
+        runtime.stop()
+    except Exception as exc:  # a leak is logged loudly; the result still goes out
+        log.error("evaluate %s: runtime teardown failed: %s", sid, exc)
+

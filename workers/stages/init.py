@@ -1,0 +1,102 @@
+"""INIT: wait for room in the READY buffer, start the runtime, run prepare actions and harness
+setup, then park the session in READY. The session's time budget starts here."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pipeline.leases import StageLease
+from pipeline.schemas import PrepareAction
+from pipeline.sessions import SessionState, TransitionRefused
+from pipeline.status import Outcome, SessionStatus, Stage
+from workers import harnesses, runtimes
+from workers.harnesses import HarnessContext
+from workers.runtimes import Runtime
+from workers.stages.common import Deps, Skip, log
+
+SLOT_WAIT_POLL_SECONDS = 0.2
+READY_GRACE_SECONDS = 120  # a READY slot outlives the session budget by this much, then frees
+
+
+class StepFailed(Exception):
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+    sid, spec = state.session_id, state.spec
+    if state.status != SessionStatus.REGISTERED:
+        raise Skip(f"status is {state.status.value}")
+    slot_ttl = spec.timeout_seconds + READY_GRACE_SECONDS
+    while not d.ready.reserve(sid, slot_ttl):  # backpressure: never run ahead of the buffer
+        if d.sessions.status(sid) != SessionStatus.REGISTERED or lease.lost.is_set():
+            raise Skip("cancelled or taken over while waiting for a READY slot")
+        time.sleep(SLOT_WAIT_POLL_SECONDS)
+    now = time.time()
+    try:
+        d.sessions.transition(sid, SessionStatus.INITIALIZING, expected=[SessionStatus.REGISTERED],
+                              init_started_at=now, deadline=now + spec.timeout_seconds)
+    except TransitionRefused as exc:
+        d.ready.release(sid)
+        raise Skip(str(exc)) from None
+    d.tasks.mark_running(spec.task_id)
+    deadline = now + spec.timeout_seconds
+    try:
+        runtime = runtimes.create(spec.runtime, sid, d.settings.runtime_root)
+        d.sessions.set(sid, runtime=runtime.handle)
+        runtime.start()
+        cancelled = lambda: d.sessions.cancel_requested(sid)  # noqa: E731
+        for i, action in enumerate(spec.runtime.prepare):
+            _prepare(runtime, action, i, deadline, cancelled)
+        env = harnesses.harness_env(d.settings.proxy_url, spec)
+        harnesses.create(spec.agent.harness or "shell").setup(runtime, HarnessContext(spec, env))
+        if cancelled():
+            raise StepFailed(Outcome.CANCELLED, "cancelled during init")
+        if time.time() >= deadline:
+            raise StepFailed(Outcome.TIMEOUT, "time budget used up during init")
+    except Exception as exc:  # any failure here ends the session; POSTRUN tears down
+        outcome = exc.outcome if isinstance(exc, StepFailed) else Outcome.ERROR
+        log.warning("init %s failed: %s", sid, exc)
+        d.sessions.set_outcome(sid, outcome, f"init: {exc}")
+        d.ready.release(sid)
+        d.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
+        return Stage.POSTRUN
+    d.ready.push(sid, max(1.0, deadline - time.time()) + READY_GRACE_SECONDS)
+    d.sessions.transition(sid, SessionStatus.READY, expected=[SessionStatus.INITIALIZING],
+                          ready_at=time.time())
+    return Stage.RUN
+
+
+def recover(d: Deps, state: SessionState) -> Stage | None:
+    """The previous INIT worker died: the runtime is in an unknown state, fail the session."""
+    if state.status != SessionStatus.INITIALIZING:
+        return None
+    d.sessions.set_outcome(state.session_id, Outcome.ERROR, "init worker lost")
+    d.ready.release(state.session_id)
+    d.sessions.transition(state.session_id, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
+    return Stage.POSTRUN
+
+
+def _prepare(runtime: Runtime, action: PrepareAction, index: int, deadline: float, cancelled) -> None:
+    remaining = deadline - time.time()
+    if remaining <= 0:
+        raise StepFailed(Outcome.TIMEOUT, f"time budget used up before prepare[{index}]")
+    if action.type == "exec":
+        timeout = min(remaining, action.timeout_seconds or remaining)
+        res = runtime.exec(action.command or "", cwd=action.cwd, env=action.env, timeout=timeout,
+                           should_cancel=cancelled, log_name=f"prepare.{index:02d}")
+        if res.cancelled:
+            raise StepFailed(Outcome.CANCELLED, f"cancelled during prepare[{index}]")
+        if res.timed_out:
+            outcome = Outcome.TIMEOUT if timeout >= remaining else Outcome.ERROR
+            raise StepFailed(outcome, f"prepare[{index}] timed out after {timeout:.0f}s")
+        if res.exit_code != 0:
+            raise StepFailed(Outcome.ERROR, f"prepare[{index}] exited {res.exit_code}: {res.stderr[-500:]}")
+    else:
+        src = Path(action.src or "")
+        if not src.exists():
+            raise StepFailed(Outcome.ERROR, f"prepare[{index}]: {src} does not exist")
+        runtime.upload(str(src), action.dst or "")
+

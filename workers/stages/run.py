@@ -1,0 +1,69 @@
+"""RUN: claim the session's runtime from READY and execute the harness within the remaining
+budget. A run slot is held for the whole agent session; the worker mostly waits on the agent's
+process group, polling for cancellation. Timeout and cancel kill the whole group; whatever the
+proxy captured until then still becomes a (partial) trajectory in POSTRUN."""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.leases import StageLease
+from pipeline.sessions import SessionState
+from pipeline.status import Outcome, SessionStatus, Stage
+from workers import harnesses, runtimes
+from workers.harnesses import HarnessContext
+from workers.stages.common import Deps, Skip, log
+
+
+def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+    sid, spec = state.session_id, state.spec
+    if not d.ready.claim(sid):
+        raise Skip(f"not in READY (status {d.sessions.status(sid)})")
+    d.sessions.transition(sid, SessionStatus.RUNNING, expected=[SessionStatus.READY],
+                          run_started_at=time.time())
+    try:
+        outcome, error, exit_code = _run_agent(d, state, lease)
+    except Exception as exc:  # the harness could not even be launched
+        outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
+    d.sessions.set_outcome(sid, outcome, error)
+    d.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.RUNNING],
+                          run_ended_at=time.time(), agent_exit_code="" if exit_code is None else exit_code)
+    log.info("run %s: %s", sid, outcome.value)
+    return Stage.POSTRUN
+
+
+def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome, str | None, int | None]:
+    sid, spec = state.session_id, state.spec
+    if d.sessions.cancel_requested(sid):
+        return Outcome.CANCELLED, "cancelled before the agent ran", None
+    remaining = state.remaining()
+    if remaining is None or remaining <= 0:
+        return Outcome.TIMEOUT, "time budget used up before the agent ran", None
+    runtime = runtimes.attach(state.runtime or {})
+    env = harnesses.harness_env(d.settings.proxy_url, spec)
+    cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
+    res = runtime.exec(
+        cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",
+        should_cancel=lambda: lease.lost.is_set() or d.sessions.cancel_requested(sid),
+    )
+    if res.timed_out:
+        return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
+    if res.cancelled:
+        return Outcome.CANCELLED, "cancelled while the agent ran", None
+    if res.exit_code != 0:
+        return Outcome.ERROR, f"agent exited {res.exit_code}: {res.stderr[-1000:]}", res.exit_code
+    return Outcome.COMPLETED, None, 0
+
+
+def recover(d: Deps, state: SessionState) -> Stage | None:
+    """The previous RUN worker died mid-session. Never start the agent a second time: kill what
+    may still run, keep what was captured, and go on to POSTRUN as an error."""
+    if state.status not in (SessionStatus.READY, SessionStatus.RUNNING):
+        return None
+    if state.runtime:
+        runtimes.attach(state.runtime).cancel()
+    d.sessions.set_outcome(state.session_id, Outcome.ERROR, "run worker lost")
+    d.ready.release(state.session_id)
+    d.sessions.transition(state.session_id, SessionStatus.POSTRUN,
+                          expected=[SessionStatus.READY, SessionStatus.RUNNING], run_ended_at=time.time())
+    return Stage.POSTRUN
