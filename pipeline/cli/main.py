@@ -146,5 +146,25 @@ def _register_subcommands() -> None:
 
 _register_subcommands()
 
+def main() -> None:
+    """Entry point: client errors become one readable line instead of a traceback."""
+    import httpx
+
+    from pipeline.client import RolloutError
+
+    try:
+        cli(standalone_mode=True)
+    except RolloutError as exc:
+        fields = (exc.body.get("error") or {}).get("fields") if isinstance(exc.body, dict) else None
+        click.echo(f"error: {exc}", err=True)
+        for f in fields or []:
+            click.echo(f"  {f['field']}: {f['message']}", err=True)
+        sys.exit(2)
+    except httpx.ConnectError as exc:
+        click.echo(f"error: cannot reach the rollout API ({exc}); is `polar up` running, "
+                   "or POLAR_API_URL set?", err=True)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    cli()
+    main()

@@ -13,7 +13,10 @@ from rich.table import Table
 from pipeline.client import RolloutClient
 from pipeline.schemas import TaskStatus
 
-console = Console()
+import sys
+
+# Rich assumes 80 columns when output is not a terminal (CI logs, pipes); the tables need more.
+console = Console() if sys.stdout.isatty() else Console(width=140)
 STAGE_COLUMNS = ("queue", "init", "ready_wait", "run", "postrun", "evaluate", "total")
 
 

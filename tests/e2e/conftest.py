@@ -1,0 +1,74 @@
+"""The full stack, started once for the end-to-end tests exactly as `polar up` starts it:
+embedded Redis, the reference model server (scripted policies), proxy, API, five workers and
+Flower, all real processes."""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from infra.embedded_redis import free_port
+from infra.refserver import build_tiny_model
+from infra.stack import Stack, StackConfig
+from pipeline.client import RolloutClient, load_task_file
+from pipeline.settings import Settings
+from pipeline.status import Stage
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "tests" / "fixtures"
+RUN_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, model_dir):
+    home = tmp_path_factory.mktemp("polar-home")
+    # Few run slots and a small READY buffer, so that backpressure is observable.
+    settings = Settings(home=home, ready_capacity=RUN_SLOTS // 2, stage_lease_seconds=6)
+    config = StackConfig(
+        settings=settings, model_dir=model_dir, concurrency={Stage.RUN: RUN_SLOTS},
+        policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
+                  "sleepy-policy": str(FIXTURES / "sleepy_policy.json")},
+        flower_port=free_port(),
+    )
+    with Stack(config) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def client(stack):
+    return RolloutClient(stack.settings.api_url, redis_url=stack.settings.redis_url)
+
+
+@pytest.fixture
+def demo_task():
+    task = load_task_file(EXAMPLES / "demo_task.json")
+    task["task_id"] = f"t-{uuid.uuid4().hex[:10]}"
+    return copy.deepcopy(task)
+
+
+def sleepy_task(timeout_seconds: float, samples: int = 1) -> dict:
+    task = load_task_file(EXAMPLES / "demo_task.json")
+    task.update(task_id=f"sleepy-{uuid.uuid4().hex[:8]}", num_samples=samples, timeout_seconds=timeout_seconds)
+    task["agent"]["model_name"] = "sleepy-policy"
+    task["evaluator"] = {"strategy": "session_completed"}
+    return task
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")

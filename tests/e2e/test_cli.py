@@ -1,0 +1,101 @@
+"""`polar up` in the foreground, driven by the other CLI commands, then Ctrl-C: nothing is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from infra.embedded_redis import free_port
+from tests.e2e.conftest import EXAMPLES, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for k in kids:
+                if k not in out:
+                    out.add(k)
+                    todo.append(k)
+    return out
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def polar(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli.main", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
+    env = {**os.environ, "POLAR_HOME": str(tmp_path)}
+    for name in ("API", "PROXY", "UPSTREAM"):
+        env[f"POLAR_{name}_URL"] = f"http://127.0.0.1:{free_port()}"
+    env.pop("POLAR_REDIS_URL", None)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny-qwen2").symlink_to(model_dir)
+    up = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", "up", "--policy",
+                           f"demo-policy={EXAMPLES / 'demo_policy.json'}"], env=env, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        state_file = tmp_path / "up.json"
+        wait_for(lambda: state_file.exists() or up.poll() is not None, timeout=120)
+        assert up.poll() is None, up.stdout.read()
+        state = json.loads(state_file.read_text())
+        assert state["api_url"] == env["POLAR_API_URL"] and state["redis_url"].startswith("redis://")
+        children = descendants(up.pid)
+        assert len(children) >= 8  # redis, model, proxy, api, 5 workers (+ their pools)
+
+        # The other commands find the running stack through its state file.
+        cli_env = {k: v for k, v in env.items() if not k.startswith("POLAR_") or k == "POLAR_HOME"}
+        task = json.loads((EXAMPLES / "demo_task.json").read_text())
+        task["num_samples"] = 2
+        task["runtime"]["prepare"][0]["src"] = str(EXAMPLES / "bash_agent.py")
+        task_file = tmp_path / "task.json"
+        task_file.write_text(json.dumps(task))
+        sub = polar("submit", str(task_file), "--wait", "--timeout", "120", env=cli_env)
+        assert sub.returncode == 0, sub.stdout + sub.stderr
+        assert "COMPLETED" in sub.stdout and "mean time per stage" in sub.stdout
+        task_id = sub.stdout.splitlines()[0].strip()
+        st = polar("status", task_id, "--json", env=cli_env)
+        assert json.loads(st.stdout)["counts"] == {"COMPLETED": 2}
+        pipe = polar("status", "--json", env=cli_env)
+        assert json.loads(pipe.stdout)["ready"]["capacity"] > 0
+        bad = polar("submit", str(EXAMPLES / "demo_policy.json"), env=cli_env)
+        assert bad.returncode != 0 and "instruction" in (bad.stdout + bad.stderr)
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, out
+    assert "stopping" in out
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in children if alive(p)]
+    assert not (tmp_path / "up.json").exists()
+    for url in (state["api_url"], env["POLAR_PROXY_URL"]):
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+            raise AssertionError(f"{url} still answers")
+        except httpx.HTTPError:
+            pass
