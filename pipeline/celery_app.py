@@ -22,7 +22,7 @@ from kombu import Queue
 from pipeline.settings import Settings
 from pipeline.status import Stage
 
-STAGE_TASKS_MODULE = "workers.stages"  # imported by workers only, by name
+STAGE_TASKS_MODULE = "workers.stages.tasks"  # imported by workers only, by name
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

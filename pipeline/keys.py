@@ -76,6 +76,11 @@ def task_finished(tid: str) -> str:
     return f"{PREFIX}:task:{{{tid}}}:finished"
 
 
+def task_callback_claim(tid: str) -> str:
+    """Held (with a TTL) by the process POSTing the task result to its callback_url."""
+    return f"{PREFIX}:task:{{{tid}}}:callback-claim"
+
+
 TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time
 
 # --- READY buffer ----------------------------------------------------------------------------

@@ -149,6 +149,14 @@ class SessionStore:
             return outcome
         return Outcome(self._r.hget(key, "outcome").decode())
 
+    def expire_records(self, session_id: str, ttl_seconds: int) -> None:
+        """Raw records are large; once the result is out they only serve debugging."""
+        pipe = self._r.pipeline(transaction=False)
+        for key in (keys.session_completions(session_id), keys.session_errors(session_id),
+                    keys.session_trajectory(session_id)):
+            pipe.expire(key, ttl_seconds)
+        pipe.execute()
+
     def request_cancel(self, session_id: str) -> None:
         self._r.hset(keys.session(session_id), "cancel", "1")
 

@@ -47,8 +47,12 @@ class Settings:
     max_timeout_seconds: int = 3 * 3600
     cancel_poll_seconds: float = 0.25
     inflight_drain_seconds: float = 5.0
-    result_ttl_seconds: int = 7 * 24 * 3600
-    results_stream_maxlen: int = 1_000_000
+    # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
+    result_ttl_seconds: int = 24 * 3600  # terminal SessionResult, for polling
+    records_ttl_seconds: int = 3600  # raw completion records after the result is published
+    # Approximate trim; entries a trainer has not acked yet can be trimmed, so keep this far
+    # above the worst consumer lag (watch XINFO GROUPS lag).
+    results_stream_maxlen: int = 10_000
     callback_attempts: int = 4
     max_request_bytes: int = 64 * 1024 * 1024
 

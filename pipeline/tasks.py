@@ -140,22 +140,34 @@ class TaskStore:
             1, keys.task(task_id), TaskState.PENDING.value, TaskState.RUNNING.value)
 
     def count_finished(self, task_id: str, session_id: str) -> bool:
-        """Count a terminal session once; True exactly when this call finished the task."""
-        added = self._r.sadd(keys.task_finished(task_id), session_id)
-        self._r.expire(keys.task_finished(task_id), self._ttl)
-        if not added:
-            return False
-        total = int(self._r.hget(keys.task(task_id), "total") or 0)
-        if int(self._r.scard(keys.task_finished(task_id))) < total:
-            return False
-        # HSETNX makes the finishing write happen once even if two callbacks race here.
-        return bool(self._r.hsetnx(keys.task(task_id), "finished_at", repr(time.time())))
+        """Count a terminal session (once, however often it is redelivered); True when every
+        session of the task has now been counted."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.sadd(keys.task_finished(task_id), session_id)
+        pipe.expire(keys.task_finished(task_id), self._ttl)
+        pipe.scard(keys.task_finished(task_id))
+        pipe.hget(keys.task(task_id), "total")
+        _, _, done, total = pipe.execute()
+        return int(done) >= int(total or 0)
 
     def finish(self, task_id: str) -> TaskState:
-        state = self._r.hget(keys.task(task_id), "state")
-        final = TaskState.CANCELLED if state == TaskState.CANCELLING.value.encode() else TaskState.COMPLETED
-        self._r.hset(keys.task(task_id), "state", final.value)
-        return final
+        """Idempotent: the first call decides completed/cancelled and stamps the end."""
+        final = self._r.eval(
+            "local s = redis.call('HGET', KEYS[1], 'state') "
+            "if s == ARGV[2] or s == ARGV[3] then return s end "
+            "local f = (s == ARGV[1]) and ARGV[3] or ARGV[2] "
+            "redis.call('HSET', KEYS[1], 'state', f) "
+            "redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[4]) return f",
+            1, keys.task(task_id), TaskState.CANCELLING.value, TaskState.COMPLETED.value,
+            TaskState.CANCELLED.value, repr(time.time()))
+        return TaskState(final.decode() if isinstance(final, bytes) else final)
+
+    def claim_callback(self, task_id: str, ttl_seconds: int) -> bool:
+        """Whether this process should POST the task result now: not delivered yet, and no
+        other process is sending it (a sender that crashed frees the claim after ``ttl``)."""
+        if self._r.hexists(keys.task(task_id), "callback"):
+            return False
+        return bool(self._r.set(keys.task_callback_claim(task_id), "1", nx=True, ex=ttl_seconds))
 
     def record_callback(self, task_id: str, info: dict[str, Any]) -> None:
         self._r.hset(keys.task(task_id), "callback", json.dumps(info))

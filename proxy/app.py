@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask("polar.proxy")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     r = connect(settings)
-    gate = SessionGate(r)
+    gate = SessionGate(r, settings.result_ttl_seconds)
     engine = upstream.create(settings.upstream_engine)
     client = upstream.UpstreamClient(settings.upstream_url, settings.upstream_timeout_seconds)
 

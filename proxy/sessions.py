@@ -48,9 +48,10 @@ def session_id_from(path_sid: str | None, headers: Mapping[str, str], args: Mapp
 
 
 class SessionGate:
-    def __init__(self, r: redis.Redis) -> None:
+    def __init__(self, r: redis.Redis, records_ttl: int) -> None:
         self._begin = r.register_script(_BEGIN)
         self._r = r
+        self.records_ttl = records_ttl
 
     def begin(self, sid: str | None) -> int:
         """Admit one model call for ``sid``; returns its sequence number in the session."""
@@ -69,5 +70,6 @@ class SessionGate:
         pipe = self._r.pipeline(transaction=False)
         if record_key and record is not None:
             pipe.rpush(record_key, record)
+            pipe.expire(record_key, self.records_ttl)  # a session that never finishes cannot leak
         pipe.decr(keys.session_inflight(sid))
         pipe.execute()

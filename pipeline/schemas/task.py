@@ -39,11 +39,16 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _check_name(value: str, known: tuple[str, ...], what: str) -> str:
-    if value in known or IMPORT_PATH.match(value):
-        return value
-    raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(known)} "
-                     f"or an import path 'package.module:Name'")
+def _known_name(field: str, known: tuple[str, ...], what: str) -> Any:
+    """A validator accepting a catalogued name or a plug-in import path for ``field``."""
+
+    def check(cls: type, value: str | None) -> str | None:
+        if value is None or value in known or IMPORT_PATH.match(value):
+            return value
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(known)} "
+                         f"or an import path 'package.module:Name'")
+
+    return field_validator(field)(check)
 
 
 class PrepareAction(_Spec):
@@ -79,10 +84,7 @@ class RuntimeSpec(_Spec):
     allow_internet: StrictBool = True
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, v: str) -> str:
-        return _check_name(v, RUNTIME_BACKENDS, "runtime backend")
+    _known_backend = _known_name("backend", RUNTIME_BACKENDS, "runtime backend")
 
 
 class ShellCommand(_Spec):
@@ -105,10 +107,7 @@ class AgentSpec(_Spec):
     def _shell_from_string(cls, v: Any) -> Any:
         return {"command": v} if isinstance(v, str) else v
 
-    @field_validator("harness")
-    @classmethod
-    def _known_harness(cls, v: str | None) -> str | None:
-        return None if v is None else _check_name(v, HARNESSES, "harness")
+    _known_harness = _known_name("harness", HARNESSES, "harness")
 
     @model_validator(mode="after")
     def _harness_or_shell(self) -> "AgentSpec":
@@ -125,10 +124,7 @@ class BuilderSpec(_Spec):
     strategy: str = "per_request"
     config: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("strategy")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return _check_name(v, BUILDERS, "builder strategy")
+    _known_strategy = _known_name("strategy", BUILDERS, "builder strategy")
 
 
 class EvaluatorSpec(_Spec):
@@ -137,10 +133,7 @@ class EvaluatorSpec(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
     refresh_runtime: StrictBool = False
 
-    @field_validator("strategy")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return _check_name(v, EVALUATORS, "evaluator strategy")
+    _known_strategy = _known_name("strategy", EVALUATORS, "evaluator strategy")
 
 
 class TaskRequest(_Spec):

@@ -10,14 +10,12 @@ from pydantic import ValidationError
 from pipeline.schemas import SessionSpec, TaskRequest, TokenLogprob, Trace
 from pipeline.schemas.task import BUILDERS, EVALUATORS, HARNESSES
 
-SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+# Verbatim from the Polar paper's appendix (A.3 task payload, A.4 trace; "..." elisions removed).
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def paper_payload() -> dict:
-    text = next(SEEDS.glob("004_*.txt")).read_text()
-    start = text.index("{", text.index("A.3."))
-    end = text.index("A.4.")
-    return json.loads(text[start:end].strip())
+    return json.loads((FIXTURES / "paper_a3_task.json").read_text())
 
 
 MINIMAL = {"instruction": "do it", "agent": {"custom_shell": "echo {{INSTRUCTION}}"}}
@@ -92,10 +90,7 @@ def test_trace_lengths_and_alignment_are_enforced():
 
 
 def test_trace_has_the_paper_a4_shape():
-    text = next(SEEDS.glob("004_*.txt")).read_text()
-    start = text.index("{", text.index("A.4."))
-    end = text.index("A.5.")
-    a4 = json.loads(re.sub(r",\s*\.\.\.", "", text[start:end].strip()))
+    a4 = json.loads((FIXTURES / "paper_a4_trace.json").read_text())
     trace = Trace.model_validate(a4)
     assert set(a4) <= set(trace.model_dump())
     assert trace.response_logprobs[2].token is None and trace.reward == 1.0

@@ -17,6 +17,7 @@ from pipeline.status import SessionStatus, Stage
 from workers.stages.common import Deps, Skip, log
 
 CALLBACK_TIMEOUT_SECONDS = 30.0
+CALLBACK_CLAIM_SECONDS = 600
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -36,17 +37,17 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
             raise
     entry = d.results.publish_once(result)
     log.info("callback %s: %s published as %s", sid, result.status.value, entry)
+    d.sessions.expire_records(sid, d.settings.records_ttl_seconds)
     if d.tasks.count_finished(result.task_id, sid):
-        state_ = d.tasks.finish(result.task_id)
-        log.info("task %s %s", result.task_id, state_.value)
-        _post_task_result(d, result.task_id)
+        log.info("task %s %s", result.task_id, d.tasks.finish(result.task_id).value)
+        if d.tasks.request(result.task_id).callback_url and d.tasks.claim_callback(
+                result.task_id, CALLBACK_CLAIM_SECONDS):
+            _post_task_result(d, result.task_id)
     return None
 
 
 def _post_task_result(d: Deps, task_id: str) -> None:
     request = d.tasks.request(task_id)
-    if not request.callback_url:
-        return
     payload = d.tasks.status(task_id, include_results=True).model_dump(mode="json")
     info: dict = {"url": request.callback_url, "attempts": 0, "delivered": False}
     delay = 1.0

@@ -28,7 +28,7 @@ from pipeline.redis_conn import connect
 from pipeline.results import ResultsStream
 from pipeline.sessions import SessionState, SessionStore
 from pipeline.settings import Settings
-from pipeline.status import Stage
+from pipeline.status import SessionStatus, Stage
 from pipeline.tasks import TaskStore
 
 log = logging.getLogger("polar.stages")
@@ -51,7 +51,10 @@ class Deps:
 
 @functools.lru_cache(maxsize=None)
 def _deps_for(pid: int) -> Deps:
-    settings = Settings.from_env()
+    return make_deps(Settings.from_env())
+
+
+def make_deps(settings: Settings) -> Deps:
     r = connect(settings)
     sessions = SessionStore(r, settings.result_ttl_seconds)
     ready = ReadyBuffer(r, settings.ready_capacity)
@@ -67,8 +70,9 @@ Body = Callable[[Deps, SessionState, StageLease], "Stage | None"]
 Recover = Callable[[Deps, SessionState], "Stage | None"]
 
 
-def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None) -> str:
-    d = deps()
+def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None,
+              d: Deps | None = None) -> str:
+    d = d or deps()
     lease = StageLease(d.r, session_id, stage.value, d.settings.stage_lease_seconds)
     if not lease.acquire():
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
@@ -85,13 +89,16 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
             return "already-done"
         if state.fields.get(f"started:{stage.value}") and recover is not None:
             log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
-            nxt = recover(d, state)
+            nxt = recover(d, state) or _pending_after(d, stage, session_id)
         else:
             d.r.hset(key, f"started:{stage.value}", "1")
             try:
                 nxt = body(d, state, lease)
             except Skip as why:
                 log.info("%s %s: skipped (%s)", stage.value, session_id, why)
+                # A worker that died between a status write and its "done" marker left the
+                # session waiting for a later stage nobody sent: send it (it is guarded too).
+                _send(d, _pending_after(d, stage, session_id), session_id)
                 return "skipped"
         # Remember where this stage sent the session, for a redelivered copy to repeat.
         d.r.hset(key, f"done:{stage.value}", nxt.value if nxt is not None else "-")
@@ -99,6 +106,20 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         return "done"
     finally:
         lease.release()
+
+
+_ORDER = list(Stage)
+
+
+def _pending_after(d: Deps, stage: Stage, session_id: str) -> Stage | None:
+    """The later stage the session's current status is waiting for, if any."""
+    status = d.sessions.status(session_id)
+    owner = {SessionStatus.READY: Stage.RUN, SessionStatus.POSTRUN: Stage.POSTRUN}.get(status)
+    if status == SessionStatus.EVALUATING:
+        owner = Stage.CALLBACK if d.r.exists(keys.session_result(session_id)) else Stage.EVALUATE
+    if owner is not None and _ORDER.index(owner) > _ORDER.index(stage):
+        return owner
+    return None
 
 
 def _send(d: Deps, stage: Stage | None, session_id: str) -> None:

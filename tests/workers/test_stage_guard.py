@@ -1,0 +1,86 @@
+"""The redelivery guard around every stage, against a real Redis and the real Celery queues."""
+
+from dataclasses import replace
+
+import pytest
+
+from pipeline import keys
+from pipeline.codec import pack
+from pipeline.schemas import SessionResult, SessionSpec, TaskRequest
+from pipeline.settings import Settings
+from pipeline.status import SessionStatus as S
+from pipeline.status import Stage
+from workers.stages.common import Skip, StageLease, make_deps, run_stage
+
+
+@pytest.fixture
+def d(r, redis_url, tmp_path):
+    return make_deps(replace(Settings(home=tmp_path), redis_url=redis_url, stage_lease_seconds=5))
+
+
+@pytest.fixture
+def sid(d):
+    task = TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}})
+    spec = SessionSpec.expand(task)[0]
+    d.sessions.register(spec)
+    return spec.session_id
+
+
+def queued(d, stage):
+    return d.r.llen(stage.queue)
+
+
+def walk_to(d, sid, status):
+    path = [S.INITIALIZING, S.READY, S.RUNNING, S.POSTRUN, S.EVALUATING]
+    for s in path[: path.index(status) + 1]:
+        d.sessions.transition(sid, s)
+
+
+def test_normal_run_marks_done_and_sends_next(d, sid):
+    calls = []
+    assert run_stage(Stage.POSTRUN, sid, lambda *a: calls.append(1) or Stage.EVALUATE, d=d) == "done"
+    assert calls == [1] and queued(d, Stage.EVALUATE) == 1
+    # Redelivered: the body does not run again; only the next stage is sent again.
+    assert run_stage(Stage.POSTRUN, sid, lambda *a: calls.append(2), d=d) == "already-done"
+    assert calls == [1] and queued(d, Stage.EVALUATE) == 2
+
+
+def test_a_live_duplicate_steps_aside(d, sid):
+    holder = StageLease(d.r, sid, Stage.RUN.value, 5)
+    assert holder.acquire()
+    try:
+        assert run_stage(Stage.RUN, sid, lambda *a: pytest.fail("ran twice"), d=d) == "duplicate"
+    finally:
+        holder.release()
+
+
+def test_dead_worker_is_recovered_not_rerun(d, sid):
+    d.r.hset(keys.session(sid), "started:run", "1")  # a worker began RUN and died
+    recovered = []
+    out = run_stage(Stage.RUN, sid, lambda *a: pytest.fail("agent started twice"),
+                    lambda dd, st: recovered.append(st.status) or Stage.POSTRUN, d=d)
+    assert out == "done" and recovered == [S.REGISTERED] and queued(d, Stage.POSTRUN) == 1
+
+
+def test_crash_after_status_write_resends_the_waiting_stage(d, sid):
+    walk_to(d, sid, S.EVALUATING)  # POSTRUN moved the session on, then died before "done"
+
+    def skip(*a):
+        raise Skip("status is EVALUATING")
+
+    assert run_stage(Stage.POSTRUN, sid, skip, d=d) == "skipped"
+    assert queued(d, Stage.EVALUATE) == 1
+    d.r.set(keys.session_result(sid), pack(SessionResult(session_id=sid, task_id="t", status=S.COMPLETED)))
+    assert run_stage(Stage.EVALUATE, sid, skip, d=d) == "skipped"
+    assert queued(d, Stage.CALLBACK) == 1
+
+
+def test_recover_that_finds_the_stage_finished_sends_what_is_waiting(d, sid):
+    walk_to(d, sid, S.READY)  # INIT finished (READY) but died before its "done" marker
+    d.r.hset(keys.session(sid), "started:init", "1")
+    assert run_stage(Stage.INIT, sid, lambda *a: pytest.fail("re-init"), lambda dd, st: None, d=d) == "done"
+    assert queued(d, Stage.RUN) == 1
+
+
+def test_unknown_session_is_ignored(d):
+    assert run_stage(Stage.INIT, "sk-polar-gone", lambda *a: pytest.fail("ran"), d=d) == "missing"

@@ -1,0 +1,38 @@
+"""Stage tasks, registered on the Celery app by name (``polar.stage.<stage>``).
+
+Imported by workers only (``-I workers.stages.tasks``); each queue's fleet consumes its own
+queue. Pools are chosen per stage when the worker starts (``infra.stack.STAGE_POOLS``).
+"""
+
+from __future__ import annotations
+
+from pipeline.celery_app import get_app
+from pipeline.status import Stage
+from workers.stages import callback, evaluate, init, postrun, run
+from workers.stages.common import run_stage
+
+app = get_app()
+
+_BODIES = {
+    Stage.INIT: (init.body, init.recover),
+    Stage.RUN: (run.body, run.recover),
+    Stage.POSTRUN: (postrun.body, None),
+    Stage.EVALUATE: (evaluate.body, None),
+    Stage.CALLBACK: (callback.body, None),
+}
+
+
+def _make_task(stage: Stage):
+    body, recover = _BODIES[stage]
+
+    # max_retries bounds task_retry_on_worker_lost: a killed child is retried once, and the
+    # retry finds the stage "started" and recovers instead of repeating side effects.
+    @app.task(name=stage.task_name, bind=True, max_retries=1, acks_late=True)
+    def stage_task(self, session_id: str) -> str:
+        return run_stage(stage, session_id, body, recover)
+
+    return stage_task
+
+
+TASKS = {stage: _make_task(stage) for stage in Stage}
+
