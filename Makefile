@@ -8,4 +8,5 @@ demo: bootstrap
 	.venv/bin/polar demo
 
 test: bootstrap
+	.venv/bin/ruff check .
 	.venv/bin/python -m pytest

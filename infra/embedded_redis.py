@@ -68,12 +68,12 @@ class EmbeddedRedis:
             try:
                 client.ping()
                 break
-            except redis.ConnectionError:
+            except redis.ConnectionError as exc:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     log = (self._dir / "server.log").read_text(errors="replace")[-2000:] \
                         if (self._dir / "server.log").exists() else ""
                     self.stop()
-                    raise RuntimeError(f"embedded Redis did not start on port {self.port}: {log}")
+                    raise RuntimeError(f"embedded Redis did not start on port {self.port}: {log}") from exc
                 time.sleep(0.05)
         client.close()
         return self

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -117,8 +114,7 @@ def test_cancel_tears_the_runtime_down(client, stack):
     assert {r.status for r in status.results} == {SessionStatus.CANCELLED}
     assert all(len(r.trajectory.traces) == 1 for r in status.results)  # partial work kept
     assert not any(d.exists() for d in runtime_dirs)
-    for pid in pids:
-        wait_for(lambda: not _alive(pid), timeout=10)
+    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10)
 
 
 def test_cancel_before_start_never_runs_the_agent(client, stack, rds):

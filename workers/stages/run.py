@@ -16,7 +16,7 @@ from workers.stages.common import Deps, Skip, log
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
-    sid, spec = state.session_id, state.spec
+    sid = state.session_id
     if not d.ready.claim(sid):
         raise Skip(f"not in READY (status {d.sessions.status(sid)})")
     d.sessions.transition(sid, SessionStatus.RUNNING, expected=[SessionStatus.READY],
