@@ -35,7 +35,10 @@ STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUA
 @dataclass
 class StackConfig:
     settings: Settings
-    model: bool = True  # start the reference server (else settings.upstream_url must be served)
+    # "reference": the reference model server; "fake": the instant fake upstream (benchmarks);
+    # "external": settings.upstream_url is served by someone else (vLLM, SGLang).
+    upstream: str = "reference"
+    dialect: str = "vllm"  # what the reference server speaks ("vllm" or "sglang")
     model_dir: Path | None = None
     policies: dict[str, str] = field(default_factory=dict)  # scripted-policy name -> file
     served_model_name: str = "tiny"
@@ -44,6 +47,8 @@ class StackConfig:
     log_dir: Path | None = None
     hostname: str = "%h"
     fixed_ports: bool = False  # use the ports of the settings' URLs instead of free ones
+    components: tuple[str, ...] = ("proxy", "api", "workers")  # besides Redis and the upstream
+    proxy_workers: int | None = None
 
 
 @dataclass
@@ -75,24 +80,33 @@ class Stack:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
             s = replace(s, api_url=f"http://127.0.0.1:{ports['api']}",
                         proxy_url=f"http://127.0.0.1:{ports['proxy']}",
-                        upstream_url=s.upstream_url if not self.config.model else f"http://127.0.0.1:{ports['model']}")
+                        upstream_url=s.upstream_url if self.config.upstream == "external"
+                        else f"http://127.0.0.1:{ports['model']}")
             self.settings = s
-            if self.config.model:
-                args = ["model", "serve", "--port", str(ports["model"]), "--served-name", self.config.served_model_name]
+            if self.config.upstream == "reference":
+                args = ["model", "serve", "--port", str(ports["model"]), "--served-name", self.config.served_model_name,
+                        "--dialect", self.config.dialect]
                 if self.config.model_dir:
                     args += ["--model-dir", str(self.config.model_dir)]
                 for name, path in self.config.policies.items():
                     args += ["--policy", f"{name}={path}"]
                 self._spawn("model", args)
-            self._spawn("proxy", ["proxy", "--port", str(ports["proxy"])])
-            self._spawn("api", ["api", "--port", str(ports["api"])])
-            for stage in Stage:
+            elif self.config.upstream == "fake":
+                self._spawn("model", ["model", "fake", "--port", str(ports["model"])])
+            if "proxy" in self.config.components:
+                workers = ["--workers", str(self.config.proxy_workers)] if self.config.proxy_workers else []
+                self._spawn("proxy", ["proxy", "--port", str(ports["proxy"]), *workers])
+            if "api" in self.config.components:
+                self._spawn("api", ["api", "--port", str(ports["api"])])
+            for stage in Stage if "workers" in self.config.components else ():
                 c = self.config.concurrency.get(stage, STAGE_CONCURRENCY[stage])
                 self._spawn(f"worker-{stage.value}", ["worker", "--stage", stage.value, "-c", str(c),
                                                       "--hostname", self.config.hostname])
             if self.config.flower_port:
                 self._spawn("flower", ["flower", "--port", str(self.config.flower_port)])
             self._wait_ready(timeout)
+            if "workers" in self.config.components:
+                self._wait_workers(time.monotonic() + timeout)
         except BaseException:
             self.stop()
             raise
@@ -110,8 +124,10 @@ class Stack:
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        urls = {"api": f"{self.settings.api_url}/health", "proxy": f"{self.settings.proxy_url}/health"}
-        if self.config.model:
+        urls = {name: f"{url}/health" for name, url in (("api", self.settings.api_url),
+                                                         ("proxy", self.settings.proxy_url))
+                if name in self.config.components}
+        if self.config.upstream != "external":
             urls["model"] = f"{self.settings.upstream_url}/health"
         if self.config.flower_port:
             urls["flower"] = f"http://127.0.0.1:{self.config.flower_port}/healthcheck"
@@ -127,7 +143,6 @@ class Stack:
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"services not ready after {timeout:.0f}s: {sorted(pending)}")
             time.sleep(0.2)
-        self._wait_workers(deadline)
 
     def _wait_workers(self, deadline: float) -> None:
         from pipeline.celery_app import make_app
@@ -155,7 +170,9 @@ class Stack:
         # Workers first, cold (SIGQUIT): a warm shutdown would wait for hour-long agent runs.
         for child in reversed(self.children):
             if child.proc.poll() is None:
-                sig = signal.SIGQUIT if child.name.startswith("worker-") else signal.SIGTERM
+                # Celery workers: cold shutdown (a warm one waits for hour-long agent runs);
+                # gunicorn: quick shutdown (a graceful one waits for idle keep-alive clients).
+                sig = signal.SIGQUIT if child.name.startswith("worker-") else signal.SIGINT
                 _signal_group(child.proc, sig)
         deadline = time.monotonic() + 10
         for child in self.children:

@@ -94,4 +94,6 @@ RESULTS_STREAM = f"{PREFIX}:results"
 
 # --- proxy -----------------------------------------------------------------------------------
 
-PROXY_PAUSE = f"{PREFIX}:proxy:paused"
+PROXY_PAUSED = f"{PREFIX}:proxy:paused"  # set while weight sync holds new model calls
+PROXY_INFLIGHT = f"{PREFIX}:proxy:inflight"  # upstream calls in progress, all proxies
+PROXY_POLICY_VERSION = f"{PREFIX}:proxy:policy-version"  # stamped on every record

@@ -37,6 +37,10 @@ class Settings:
     upstream_model: str | None = None
     upstream_timeout_seconds: float = 3600.0
     policy_version: str | None = None
+    # A streamed call whose engine answer takes longer than this starts its stream early and
+    # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
+    stream_keepalive_seconds: float = 5.0
+    admin_token: str | None = None  # required as x-polar-admin-token on /admin/* when set
 
     # Pipeline behaviour.
     ready_capacity: int = 8

@@ -1,123 +1,229 @@
-"""The proxy's Flask app: session gate -> normalise -> upstream -> capture -> answer.
-
-Stateless apart from Redis, so any number of instances can serve any session. Served by
-gunicorn with gevent workers (``infra/serve.py``): each upstream call is a long, idle wait, and
-a greenlet per call lets one process hold hundreds of them.
+"""The proxy's Flask app: every provider API, under ``/s/<session_id>`` or keyed by the session
+id as API key. Stateless apart from Redis, so any number of instances can serve any session.
+Served by gunicorn with gevent workers (``infra/serve.py``): each model call is a long, idle
+wait on the engine, and a greenlet per call lets one process hold hundreds of them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterable
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from pipeline import keys
 from pipeline.redis_conn import connect
 from pipeline.settings import Settings
-from proxy import upstream
-from proxy.capture import build_error_record, build_record
-from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, UnsupportedEndpoint, UpstreamError
-from proxy.providers import openai_chat
-from proxy.sessions import SessionGate, session_id_from
-from proxy.sse import data_stream
+from proxy import models
+from proxy.detection import Route, detect
+from proxy.errors import (
+    BadRequest, PayloadTooLarge, ProxyError, SessionNotFound, UnsupportedEndpoint, UpstreamError,
+)
+from proxy.gateway import Call, Gateway
+from proxy.providers import PROVIDERS, Provider
+from proxy.providers import anthropic, google
+from proxy.sessions import session_id_from
 
 log = logging.getLogger("polar.proxy")
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
-    app = Flask("polar.proxy")
+    app = Flask("polar.proxy", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     r = connect(settings)
-    gate = SessionGate(r, settings.result_ttl_seconds)
-    engine = upstream.create(settings.upstream_engine)
-    client = upstream.UpstreamClient(settings.upstream_url, settings.upstream_timeout_seconds)
+    gw = Gateway(settings, r)
 
-    def chat_completions(sid: str | None = None) -> Response:
-        started = time.time()
-        session_id = session_id_from(sid, request.headers, request.args)
-        seq = gate.begin(session_id)
-        assert session_id is not None
-        body: Any = None
-        try:
+    @app.route("/", defaults={"path": ""}, methods=METHODS)
+    @app.route("/<path:path>", methods=METHODS)
+    @app.route("/s/<sid>", defaults={"path": ""}, methods=METHODS, strict_slashes=False)
+    @app.route("/s/<sid>/<path:path>", methods=METHODS)
+    def dispatch(path: str, sid: str | None = None) -> Any:
+        g.provider = PROVIDERS["openai_chat"]
+        if request.method == "HEAD":  # Claude Code's preflight of its base URL
+            return jsonify({"status": "ok"})
+        route = detect(request.method, "/" + path, request.headers)
+        body = None
+        if route is None and request.method == "POST":
             body = _json_body()
-            normalized = openai_chat.normalize(body)
-            if settings.upstream_model:
-                normalized["model"] = settings.upstream_model
-            _, top = openai_chat.wants_logprobs(body)
-            t0 = time.perf_counter()
-            raw = client.post_json("/v1/chat/completions", engine.prepare(normalized, top_logprobs=top))
-            latency_ms = (time.perf_counter() - t0) * 1000.0
-            try:
-                captured = engine.extract(raw)
-            except upstream.CaptureError as exc:
-                raise UpstreamError(str(exc)) from None
-            response = openai_chat.to_response(raw, body)
-            record = build_record(
-                session_id=session_id, seq=seq, provider=openai_chat.NAME, stream=bool(body.get("stream")),
-                captured=captured, original=body, normalized=normalized, upstream=raw,
-                response_message=openai_chat.assistant_message(raw), started_at=started,
-                finished_at=time.time(), latency_ms=latency_ms, upstream_url=client.base_url,
-                policy_version=settings.policy_version,
-            )
-        except ProxyError as err:
-            gate.end(session_id, keys.session_errors(session_id), build_error_record(
-                session_id=session_id, provider=openai_chat.NAME, status=err.status,
-                error_type=type(err).__name__, message=err.message,
-                original=body if isinstance(body, dict) else {}, started_at=started, finished_at=time.time()))
-            raise
-        except BaseException:
-            gate.end(session_id)
-            raise
-        gate.end(session_id, keys.session_completions(session_id), record)
-        if body.get("stream"):
-            chunks = openai_chat.stream_chunks(response, include_usage=openai_chat.include_usage_in_stream(body))
-            return Response(data_stream(chunks, done=True), mimetype="text/event-stream",
-                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return jsonify(response)
+            route = detect(request.method, "/" + path, request.headers, body)
+        if route is None:
+            raise UnsupportedEndpoint(f"{request.method} /{path} is not served by this proxy")
+        g.provider = PROVIDERS[route.provider]
+        if route.kind == "health":
+            return jsonify({"status": "ok"})
+        if route.kind in ("models", "model"):
+            return _models(gw, route)
+        session_id = session_id_from(sid, request.headers, request.args)
+        if route.kind == "get_response":
+            return _stored_response(gw, session_id, route)
+        if route.kind == "count_tokens":
+            return _count_tokens(gw, route, session_id, body if body is not None else _json_body())
+        return _generate(gw, settings, route, session_id, body)
 
-    for path in CHAT_PATHS:
-        app.add_url_rule(path, f"chat{path}", chat_completions, methods=["POST"])
-        app.add_url_rule(f"/s/<sid>{path}", f"chat-s{path}", chat_completions, methods=["POST"])
+    @app.post("/admin/pause")
+    def pause() -> Response:
+        _admin(settings)
+        return jsonify(gw.control.pause(float(request.args.get("timeout_seconds", 600))))
 
-    @app.get("/v1/models")
-    @app.get("/s/<sid>/v1/models")
-    def models(sid: str | None = None) -> Response:
-        return jsonify(client.get_json("/v1/models"))
+    @app.post("/admin/resume")
+    def resume() -> Response:
+        _admin(settings)
+        data = request.get_json(silent=True) or {}
+        version = data.get("policy_version", request.args.get("policy_version"))
+        return jsonify(gw.control.resume(None if version is None else str(version)))
 
-    @app.route("/", methods=["GET", "HEAD"])
-    @app.route("/s/<sid>/", methods=["GET", "HEAD"])
-    @app.get("/health")
-    def health(sid: str | None = None) -> Response:
-        return jsonify({"status": "ok"})
+    @app.get("/admin/status")
+    def admin_status() -> Response:
+        return jsonify(gw.control.status())
 
     @app.errorhandler(ProxyError)
     def proxy_error(err: ProxyError) -> tuple[Response, int]:
         if err.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, err.message)
-        return jsonify(openai_chat.error_body(err)), err.status
+        provider: Provider = getattr(g, "provider", PROVIDERS["openai_chat"])
+        return jsonify(provider.error(err)), err.status
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:
         if isinstance(exc, RequestEntityTooLarge):
             return proxy_error(PayloadTooLarge(f"request body exceeds {settings.max_request_bytes} bytes"))
-        if exc.code in (404, 405):
-            return proxy_error(UnsupportedEndpoint(f"{request.method} {request.path} is not served by this proxy"))
         err = BadRequest(exc.description or str(exc))
         err.status = exc.code or 400
         return proxy_error(err)
 
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> tuple[Response, int]:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return proxy_error(UpstreamError(f"internal proxy error: {type(exc).__name__}"))
+
     return app
 
 
+def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | None, body: Any) -> Response:
+    provider: Provider = g.provider
+    seq = gw.gate.begin(session_id)
+    assert session_id is not None
+    started = time.time()
+    try:
+        body = body if body is not None else _json_body()
+        history = gw.history(session_id, body) if provider.name == "openai_responses" else None
+        parsed = provider.parse(body, path_model=route.model, stream=route.stream, history=history)
+    except ProxyError as err:
+        gw.fail(session_id, provider.name, err, body, started)
+        raise
+    except BaseException:
+        gw.gate.end(session_id)
+        raise
+    call = Call(session_id, seq, provider, parsed, body, started)
+    if not parsed.stream:
+        _, response = gw.complete(call)
+        return jsonify(response)
+    return _stream(gw, call, settings.stream_keepalive_seconds)
+
+
+def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
+    writer = call.provider.stream(call.parsed)
+    job = _Job(gw.complete, call)
+    if job.wait(keepalive):  # fast: a real HTTP error status is still possible
+        turn, response = job.result()
+        return _sse(writer.head(turn) + writer.body(response, turn))
+
+    def events() -> Iterable[bytes]:
+        yield from writer.head()
+        while not job.wait(keepalive):
+            ping = writer.keepalive()
+            if ping:
+                yield ping
+        try:
+            turn, response = job.result()
+        except ProxyError as err:  # the stream has begun: the error becomes an event
+            yield from writer.error(err)
+            return
+        yield from writer.body(response, turn)
+
+    return _sse(events())
+
+
+def _sse(body: Iterable[bytes]) -> Response:
+    return Response(body, mimetype="text/event-stream", headers=SSE_HEADERS)
+
+
+class _Job:
+    """The engine call runs beside the response so a slow answer can be streamed with keepalives
+    (a greenlet under gunicorn's gevent workers, a thread elsewhere)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn, *args), daemon=True).start()
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except ProxyError as err:
+            self._error = err
+        except BaseException as exc:  # noqa: BLE001 - reported to the client as an upstream error
+            log.exception("model call failed")
+            self._error = UpstreamError(f"internal proxy error: {type(exc).__name__}")
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _models(gw: Gateway, route: Route) -> Response:
+    upstream = gw.pool.get_json("/v1/models")
+    if route.kind == "models":
+        return jsonify(models.listing(route.provider, upstream))
+    found = models.one(route.provider, upstream, route.model or "")
+    if found is None:
+        raise SessionNotFound(f"model {route.model!r} not found")
+    return jsonify(found)
+
+
+def _stored_response(gw: Gateway, session_id: str | None, route: Route) -> Response:
+    gw.gate.check(session_id)
+    stored = gw.responses.load(session_id or "", route.item_id or "")
+    if stored is None:
+        err = SessionNotFound(f"No response found with id '{route.item_id}'.")
+        err.code = "response_not_found"
+        raise err
+    return jsonify(stored["response"])
+
+
+def _count_tokens(gw: Gateway, route: Route, session_id: str | None, body: Any) -> Response:
+    gw.gate.check(session_id)
+    if route.provider == "google":
+        chat, _ = google.to_chat(body, route.model)
+        return jsonify({"totalTokens": gw.count_tokens(chat)})
+    chat, _ = anthropic.to_chat(body, need_max_tokens=False)
+    return jsonify({"input_tokens": gw.count_tokens(chat)})
+
+
+def _admin(settings: Settings) -> None:
+    if settings.admin_token and request.headers.get("x-polar-admin-token") != settings.admin_token:
+        err = ProxyError("admin token required")
+        err.status, err.type = 401, "authentication_error"
+        raise err
+
+
 def _json_body() -> Any:
-    raw = request.get_data(cache=False)
+    raw = request.get_data(cache=True)
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"malformed JSON body: {exc}") from None
+

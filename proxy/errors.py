@@ -2,7 +2,8 @@
 
     ProxyError                      status  code
      ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
-     │    └── PayloadTooLarge        413
+     │    ├── PayloadTooLarge        413
+     │    └── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
      ├── SessionNotFound             404    unknown session id
      ├── SessionNotActive            403    the session no longer accepts model calls
      ├── UnsupportedEndpoint         404    a path no provider serves
@@ -31,6 +32,10 @@ class BadRequest(ProxyError):
 
 class PayloadTooLarge(BadRequest):
     status, code = 413, "request_too_large"
+
+
+class UnsupportedFeature(BadRequest):
+    code = "unsupported_feature"
 
 
 class SessionNotFound(ProxyError):

@@ -66,6 +66,11 @@ class SessionGate:
             raise SessionNotActive(f"session {sid!r} is {status} and no longer accepts model calls")
         return int(seq)
 
+    def check(self, sid: str | None) -> None:
+        """A known session (any status): for calls that read but do not sample."""
+        if not sid or not SESSION_ID.match(sid) or not self._r.exists(keys.session(sid)):
+            raise SessionNotFound(f"unknown session {sid!r}")
+
     def end(self, sid: str, record_key: str | None = None, record: bytes | None = None) -> None:
         pipe = self._r.pipeline(transaction=False)
         if record_key and record is not None:

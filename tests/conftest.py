@@ -24,3 +24,11 @@ def r(redis_url):
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """The tiny offline model, built once per test session."""
+    from infra.refserver import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")

@@ -1,4 +1,4 @@
-"""Reference inference server: a tiny offline model behind vLLM's OpenAI-compatible dialect."""
+"""Reference inference server: a tiny offline model behind vLLM's or SGLang's OpenAI-compatible dialect."""
 
 from .app import create_app
 from .engine import ModelEngine

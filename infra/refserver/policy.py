@@ -10,8 +10,11 @@ Script file (JSON)::
     {"turns": [
         {"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
         {"content": "Looks good.", "tool_calls": [{"name": "bash", "arguments": {"command": "pytest"}}]},
-        {"content": "All tests pass."}
+        {"content": "All tests pass.", "reasoning": "The suite is green, so I can stop."}
     ]}
+
+``reasoning`` (optional) is rendered by the chat template as a ``<think>`` block, so its tokens are
+part of the turn's ids exactly as a Qwen3-style model would emit them.
 
 A bare list of turns is accepted too. The turn played is the number of assistant messages
 already in the request, so every conversation walks the same script independently.
@@ -40,9 +43,12 @@ class ScriptedTurn:
     # Each call: {"name": str, "arguments": dict}; arguments are kept as an object so the
     # template's tojson and the hermes parser agree on one canonical JSON string.
     tool_calls: tuple[dict, ...] = ()
+    reasoning: str | None = None
 
     def as_message(self) -> dict:
         msg: dict = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -74,19 +80,22 @@ def _parse_call(i: int, j: int, call) -> dict:
 def _parse_turn(i: int, raw) -> ScriptedTurn:
     if not isinstance(raw, dict):
         raise ScriptError(f"turn {i}: must be an object with 'content' and/or 'tool_calls'")
-    unknown = sorted(set(raw) - {"content", "tool_calls"})
+    unknown = sorted(set(raw) - {"content", "tool_calls", "reasoning"})
     if unknown:
         raise ScriptError(f"turn {i}: unknown field(s) {', '.join(unknown)}")
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
         raise ScriptError(f"turn {i}: content must be a string or null")
+    reasoning = raw.get("reasoning")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise ScriptError(f"turn {i}: reasoning must be a string or null")
     calls = raw.get("tool_calls") or []
     if not isinstance(calls, list):
         raise ScriptError(f"turn {i}: tool_calls must be a list")
     parsed = tuple(_parse_call(i, j, c) for j, c in enumerate(calls))
     if not content and not parsed:
         raise ScriptError(f"turn {i}: needs a non-empty 'content' or at least one tool call")
-    return ScriptedTurn(content=content or None, tool_calls=parsed)
+    return ScriptedTurn(content=content or None, tool_calls=parsed, reasoning=reasoning or None)
 
 
 class ScriptedPolicy:

@@ -14,6 +14,7 @@ Usage: ``python -m infra.refserver.tiny_model OUT_DIR [--seed N] [--force]``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -26,7 +27,8 @@ TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
 # Marker written last: its presence means every other file of the build is complete.
 MARKER = "refserver_build.json"
-BUILD_FORMAT = 1
+# 2: the chat template renders reasoning and honours enable_thinking.
+BUILD_FORMAT = 2
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Single-id, non-special tokens: they survive decode(skip_special_tokens=True), exactly as in Qwen.
@@ -107,6 +109,11 @@ def _train_tokenizer():
     return tok
 
 
+def template_digest() -> str:
+    """sha256 of the chat template on disk; a build made from another template is stale."""
+    return hashlib.sha256(TEMPLATE_PATH.read_bytes()).hexdigest()
+
+
 def _write_build(tmp: Path, seed: int) -> None:
     import torch
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -118,7 +125,9 @@ def _write_build(tmp: Path, seed: int) -> None:
         clean_up_tokenization_spaces=False,
         model_max_length=32768,
     )
-    hf_tok.chat_template = TEMPLATE_PATH.read_text(encoding="utf-8")
+    raw_template = TEMPLATE_PATH.read_bytes()  # one read: the digest must describe what is embedded
+    digest = hashlib.sha256(raw_template).hexdigest()
+    hf_tok.chat_template = raw_template.decode("utf-8")
     hf_tok.save_pretrained(str(tmp))
     # transformers 5 writes "TokenizersBackend", a class transformers 4 (and so most vLLM
     # releases) does not know; name the Qwen2 class, which both versions resolve from tokenizer.json.
@@ -163,7 +172,7 @@ def _write_build(tmp: Path, seed: int) -> None:
     import tokenizers
     import transformers
     meta = {
-        "format": BUILD_FORMAT, "seed": seed, "vocab_size": len(hf_tok),
+        "format": BUILD_FORMAT, "seed": seed, "vocab_size": len(hf_tok), "chat_template_sha256": digest,
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
     }
@@ -182,7 +191,10 @@ def is_complete(out_dir: str | Path, seed: int | None = None) -> bool:
     needed = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     if not all((out / n).is_file() for n in needed):
         return False
-    return meta.get("format") == BUILD_FORMAT and (seed is None or meta.get("seed") == seed)
+    # The template is embedded at build time, so editing chat_template.jinja must invalidate old
+    # builds even when nobody remembers to bump BUILD_FORMAT.
+    return (meta.get("format") == BUILD_FORMAT and meta.get("chat_template_sha256") == template_digest()
+            and (seed is None or meta.get("seed") == seed))
 
 
 def build_tiny_model(out_dir: str | Path, *, seed: int = 0, force: bool = False) -> Path:

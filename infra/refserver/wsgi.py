@@ -13,4 +13,5 @@ app = create_app(
                      max_model_len=int(os.environ.get("POLAR_REFSERVER_MAX_MODEL_LEN", "32768"))),
     served_model_name=os.environ.get("POLAR_REFSERVER_NAME", "tiny"),
     policies={name: ScriptedPolicy.load(path, name=name) for name, path in _policies.items()},
+    dialect=os.environ.get("POLAR_REFSERVER_DIALECT") or "vllm",
 )

@@ -36,8 +36,10 @@ def build(out: Path | None, seed: int, force: bool) -> None:
 @click.option("--policy", "policies", multiple=True, metavar="NAME=FILE",
               help="Serve a scripted policy as model NAME (repeatable).")
 @click.option("--max-model-len", type=int, default=32768)
+@click.option("--dialect", type=click.Choice(["vllm", "sglang"]), default="vllm",
+              help="Which engine's token-id fields to speak.")
 def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
-          policies: tuple[str, ...], max_model_len: int) -> None:
+          policies: tuple[str, ...], max_model_len: int, dialect: str) -> None:
     """Serve a model with vLLM's OpenAI-compatible token-id API."""
     from infra.refserver import build_tiny_model
     from infra.serve import run
@@ -53,6 +55,18 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
         parsed[name] = str(Path(path).resolve())
     os.environ.update({"POLAR_REFSERVER_MODEL_DIR": str(model_dir), "POLAR_REFSERVER_NAME": served_name,
                        "POLAR_REFSERVER_POLICIES": json.dumps(parsed),
-                       "POLAR_REFSERVER_MAX_MODEL_LEN": str(max_model_len), "HF_HUB_OFFLINE": "1"})
+                       "POLAR_REFSERVER_MAX_MODEL_LEN": str(max_model_len), "HF_HUB_OFFLINE": "1",
+                       "POLAR_REFSERVER_DIALECT": dialect})
     port = port or int(settings.upstream_url.rsplit(":", 1)[1].split("/")[0])
     run("infra.refserver.wsgi:app", f"{host}:{port}", "model")
+
+
+@model.command("fake")
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", type=int, required=True)
+@click.option("--workers", type=int, default=1)
+def fake(host: str, port: int, workers: int) -> None:
+    """Serve the instant fake upstream (benchmarks and fault tests; see infra/fake_upstream.py)."""
+    from infra.serve import run
+
+    run("infra.fake_upstream:app", f"{host}:{port}", "proxy", workers=workers)

@@ -21,7 +21,7 @@ def _stack(settings: Settings, policies: dict[str, str], flower_port: int | None
     from infra.stack import Stack, StackConfig
 
     return Stack(StackConfig(settings=settings, policies=policies, flower_port=flower_port,
-                             model=model, fixed_ports=fixed_ports))
+                             upstream="reference" if model else "external", fixed_ports=fixed_ports))
 
 
 def _policies(items: tuple[str, ...]) -> dict[str, str]:

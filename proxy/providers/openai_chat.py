@@ -1,19 +1,21 @@
 """OpenAI Chat Completions, both directions (pure: no I/O).
 
-Requests are close to the upstream's own dialect; normalising means validating, renaming the
+Requests are close to the engine's own dialect: normalising means validating, renaming the
 ``developer`` role and ``max_completion_tokens``, and dropping OpenAI-platform fields an
-inference server does not know. Responses are rebuilt from the upstream's, minus the token-id
-fields the proxy added, in the shape the official SDK parses; streaming is synthesised from the
-one non-streaming upstream answer.
+inference server does not know. Responses are rebuilt from the engine's answer without the
+token-id fields the proxy added, in the shape the official SDK parses. Streams are
+synthesised chunk by chunk, always ending with a ``finish_reason`` chunk (opencode loops
+forever without one) and ``[DONE]``.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from proxy.errors import BadRequest, ProxyError
+from proxy.providers.base import Parsed, Turn, assistant_message, new_id, opt_int, require_object
+from proxy.sse import data_event, done_event
 
 NAME = "openai_chat"
 
@@ -29,9 +31,8 @@ _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
 def normalize(body: Any) -> dict[str, Any]:
-    """Validate a Chat Completions request and return the upstream (non-streaming) request."""
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+    """Validate a Chat Completions request and return the engine (non-streaming) request."""
+    body = require_object(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array", param="messages")
@@ -42,8 +43,7 @@ def normalize(body: Any) -> dict[str, Any]:
         if m["role"] == "developer":
             m = {**m, "role": "system"}
         out_messages.append(m)
-    n = body.get("n", 1)
-    if n not in (1, None):
+    if body.get("n", 1) not in (1, None):
         raise BadRequest("only n=1 is supported (each sample is its own session)", param="n")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
@@ -55,117 +55,111 @@ def normalize(body: Any) -> dict[str, Any]:
         if key in body and body[key] is not None:
             out[key] = body[key]
     if tools == []:
-        # An empty list is legal for OpenAI but rejected by vLLM; so is tool_choice without tools.
+        # Legal for OpenAI, rejected by vLLM; so is tool_choice without tools.
         out.pop("tools", None)
         out.pop("tool_choice", None)
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = opt_int(body, key, minimum=1, param="max_tokens")
     if max_tokens is not None:
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise BadRequest("'max_tokens' must be a positive integer", param="max_tokens")
         out["max_tokens"] = max_tokens
-    top = body.get("top_logprobs")
-    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
+    top = opt_int(body, "top_logprobs", param="top_logprobs")
+    if top is not None and top > 20:
         raise BadRequest("'top_logprobs' must be an integer between 0 and 20", param="top_logprobs")
     return out
 
 
-def wants_logprobs(body: dict[str, Any]) -> tuple[bool, int]:
-    return bool(body.get("logprobs")), int(body.get("top_logprobs") or 0)
-
-
-def include_usage_in_stream(body: dict[str, Any]) -> bool:
-    opts = body.get("stream_options")
-    return isinstance(opts, dict) and bool(opts.get("include_usage"))
-
-
-def assistant_message(upstream: dict[str, Any]) -> dict[str, Any]:
-    """The sampled assistant turn as a chat message (also what the trace's response_messages hold)."""
-    msg = (upstream.get("choices") or [{}])[0].get("message") or {}
-    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
-    if msg.get("tool_calls"):
-        out["tool_calls"] = [
-            {"id": c.get("id") or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or "{}"}}
-            for c in msg["tool_calls"]
-        ]
-    reasoning = msg.get("reasoning") or msg.get("reasoning_content")
-    if reasoning:
-        out["reasoning_content"] = reasoning
-    return out
-
-
-def to_response(upstream: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    choice = (upstream.get("choices") or [{}])[0]
-    logprobs, top = wants_logprobs(request)
-    message = assistant_message(upstream)
-    message.setdefault("refusal", None)
-    return {
-        "id": upstream.get("id") or f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": upstream.get("created") or int(time.time()),
-        "model": request.get("model") or upstream.get("model"),
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": _client_logprobs(choice, top) if logprobs else None,
-            "finish_reason": finish_reason(choice, message),
-        }],
-        "usage": usage(upstream),
-        "system_fingerprint": None,
-    }
-
-
-def finish_reason(choice: dict[str, Any], message: dict[str, Any]) -> str:
-    reason = choice.get("finish_reason") or "stop"
-    if reason == "stop" and message.get("tool_calls"):
-        return "tool_calls"
+def finish_reason(turn: Turn) -> str:
+    reason = turn.finish_reason
     return reason if reason in ("stop", "length", "tool_calls", "content_filter") else "stop"
 
 
-def usage(upstream: dict[str, Any]) -> dict[str, int]:
-    u = upstream.get("usage") or {}
-    p, c = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": int(u.get("total_tokens") or p + c)}
+def usage(turn: Turn) -> dict[str, int]:
+    return {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+            "total_tokens": turn.total_tokens}
 
 
-def _client_logprobs(choice: dict[str, Any], top: int) -> dict[str, Any] | None:
-    lp = choice.get("logprobs")
-    if not isinstance(lp, dict) or lp.get("content") is None:
+class OpenAIChat:
+    name = NAME
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any, **context: Any) -> Parsed:
+        chat = normalize(body)
+        opts = body.get("stream_options")
+        return Parsed(chat=chat, stream=bool(body.get("stream")), model=body.get("model"), extra={
+            "logprobs": bool(body.get("logprobs")),
+            "top_logprobs": int(body.get("top_logprobs") or 0),
+            "include_usage": isinstance(opts, dict) and bool(opts.get("include_usage")),
+        })
+
+    def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
+        message = assistant_message(turn)
+        message["refusal"] = None
+        return {
+            "id": turn.id, "object": "chat.completion", "created": turn.created, "model": turn.model,
+            "choices": [{"index": 0, "message": message, "logprobs": _logprobs(turn, parsed),
+                         "finish_reason": finish_reason(turn)}],
+            "usage": usage(turn), "system_fingerprint": None,
+        }
+
+    def stream(self, parsed: Parsed) -> "ChatStream":
+        return ChatStream(parsed)
+
+    def error(self, err: ProxyError) -> dict[str, Any]:
+        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+def _logprobs(turn: Turn, parsed: Parsed) -> dict[str, Any] | None:
+    if not parsed.extra.get("logprobs") or turn.logprobs is None:
         return None
-    return {"content": [
-        {"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
-         "top_logprobs": (e.get("top_logprobs") or [])[:top]}
-        for e in lp["content"]
-    ], "refusal": None}
+    top = parsed.extra.get("top_logprobs", 0)
+    return {"content": [{"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
+                         "top_logprobs": (e.get("top_logprobs") or [])[:top]} for e in turn.logprobs],
+            "refusal": None}
 
 
-def stream_chunks(response: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
-    """The chunk sequence a streaming call would have produced, from the finished response."""
-    base = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"],
-            "model": response["model"], "system_fingerprint": None}
-    if include_usage:
-        base["usage"] = None
-    choice = response["choices"][0]
-    msg = choice["message"]
+class ChatStream:
+    def __init__(self, parsed: Parsed) -> None:
+        self.parsed = parsed
+        self._base: dict[str, Any] | None = None
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+    def _chunk(self, base: dict[str, Any], delta: dict[str, Any], finish: str | None = None,
+               logprobs: Any = None) -> bytes:
+        return data_event({**base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                                "finish_reason": finish}]})
 
-    # OpenAI opens a tool-call-only answer with content null, a text answer with "".
-    out = [chunk({"role": "assistant", "content": "" if msg.get("content") else None})]
-    if msg.get("reasoning_content"):
-        out.append(chunk({"reasoning_content": msg["reasoning_content"]}))
-    if msg.get("content"):
-        out.append(chunk({"content": msg["content"]}, logprobs=choice.get("logprobs")))
-    for i, call in enumerate(msg.get("tool_calls") or []):
-        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                          "function": {"name": call["function"]["name"], "arguments": ""}}]}))
-        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]}))
-    out.append(chunk({}, finish=choice["finish_reason"]))
-    if include_usage:
-        out.append({**base, "choices": [], "usage": response["usage"]})
-    return out
+    def _head_base(self, response_id: str, created: int) -> dict[str, Any]:
+        base = {"id": response_id, "object": "chat.completion.chunk", "created": created,
+                "model": self.parsed.model, "system_fingerprint": None}
+        if self.parsed.extra.get("include_usage"):
+            base["usage"] = None
+        return base
 
+    def head(self, turn: Turn | None = None) -> list[bytes]:
+        self._base = self._head_base(new_id("chatcmpl"), int(time.time()))
+        return [self._chunk(self._base, {"role": "assistant"})]
 
-def error_body(err: ProxyError) -> dict[str, Any]:
-    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+    def keepalive(self) -> bytes | None:
+        return b": keepalive\n\n"  # an SSE comment: every client skips it
+
+    def body(self, response: dict[str, Any], turn: Turn) -> list[bytes]:
+        out = [] if self._base is not None else self.head()
+        base = {**self._base, "model": response["model"]}  # type: ignore[dict-item]
+        choice = response["choices"][0]
+        msg = choice["message"]
+        if msg.get("reasoning_content"):
+            out.append(self._chunk(base, {"reasoning_content": msg["reasoning_content"]}))
+        if msg.get("content"):
+            out.append(self._chunk(base, {"content": msg["content"]}, logprobs=choice.get("logprobs")))
+        for i, call in enumerate(msg.get("tool_calls") or []):
+            fn = call["function"]
+            out.append(self._chunk(base, {"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                                          "function": {"name": fn["name"], "arguments": ""}}]}))
+            out.append(self._chunk(base, {"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]}))
+        out.append(self._chunk(base, {}, finish=choice["finish_reason"]))
+        if self.parsed.extra.get("include_usage"):
+            out.append(data_event({**base, "choices": [], "usage": response["usage"]}))
+        out.append(done_event())
+        return out
+
+    def error(self, err: ProxyError) -> list[bytes]:
+        return [data_event(OpenAIChat().error(err)), done_event()]

@@ -5,28 +5,22 @@ Flower, all real processes."""
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from infra.embedded_redis import free_port
-from infra.refserver import build_tiny_model
 from infra.stack import Stack, StackConfig
 from pipeline.client import RolloutClient, load_task_file
 from pipeline.settings import Settings
 from pipeline.status import Stage
+from tests.support import wait_for  # noqa: F401 (re-exported for the e2e tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"
 RUN_SLOTS = 4
-
-
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 @pytest.fixture(scope="session")
@@ -62,13 +56,3 @@ def sleepy_task(timeout_seconds: float, samples: int = 1) -> dict:
     task["agent"]["model_name"] = "sleepy-policy"
     task["evaluator"] = {"strategy": "session_completed"}
     return task
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")

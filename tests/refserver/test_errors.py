@@ -131,8 +131,9 @@ def test_never_500_on_junk(client, path, junk, base):
 
 _message = st.fixed_dictionaries(
     {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer", ""])},
-    optional={"content": _json, "tool_calls": _json | st.lists(st.dictionaries(
-        st.sampled_from(["function", "name", "arguments", "type"]), _json, max_size=3), max_size=2)})
+    optional={"content": _json, "reasoning_content": _json, "reasoning": _json,
+              "tool_calls": _json | st.lists(st.dictionaries(
+                  st.sampled_from(["function", "name", "arguments", "type"]), _json, max_size=3), max_size=2)})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -87,3 +87,25 @@ def test_byte_level_round_trip(ref_tokenizer, s):
 def test_round_trip_examples(ref_tokenizer, s):
     ids = ref_tokenizer(s, add_special_tokens=False).input_ids
     assert ref_tokenizer.decode(ids) == s
+
+
+def test_build_embeds_current_template_and_goes_stale_when_it_changes(model_dir, ref_tokenizer, tmp_path,
+                                                                       monkeypatch):
+    from infra.refserver import tiny_model
+
+    assert ref_tokenizer.chat_template == tiny_model.TEMPLATE_PATH.read_text(encoding="utf-8")
+    meta = json.loads((model_dir / MARKER).read_text())
+    assert meta["format"] == tiny_model.BUILD_FORMAT and meta["chat_template_sha256"] == tiny_model.template_digest()
+    # A copy of the build with an old format, or made from another template, is not reused.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in model_dir.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    assert is_complete(copy, 0)
+    (copy / MARKER).write_text(json.dumps({**meta, "format": 1}))
+    assert not is_complete(copy, 0)
+    (copy / MARKER).write_text(json.dumps(meta))
+    edited = tmp_path / "edited.jinja"
+    edited.write_text(tiny_model.TEMPLATE_PATH.read_text(encoding="utf-8") + "\n")
+    monkeypatch.setattr(tiny_model, "TEMPLATE_PATH", edited)
+    assert not is_complete(copy, 0)

@@ -6,14 +6,17 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from proxy.errors import BadRequest
-from proxy.providers import openai_chat
+from proxy.errors import BadRequest, UpstreamError
+from proxy.providers import PROVIDERS, turn_from_chat
+from proxy.providers.openai_chat import normalize
+from tests.unit.sse import parse_sse
 
+CHAT = PROVIDERS["openai_chat"]
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 
 
-def upstream(content=None, calls=(), finish="stop"):
-    msg = {"role": "assistant", "content": content, "reasoning": None}
+def upstream(content=None, calls=(), finish="stop", reasoning=None):
+    msg = {"role": "assistant", "content": content, "reasoning": reasoning}
     if calls:
         msg["tool_calls"] = [{"id": f"chatcmpl-tool-{i}", "type": "function",
                               "function": {"name": n, "arguments": json.dumps(a)}} for i, (n, a) in enumerate(calls)]
@@ -26,11 +29,17 @@ def upstream(content=None, calls=(), finish="stop"):
             "prompt_token_ids": [9, 9, 9]}
 
 
+def render(body, up):
+    parsed = CHAT.parse(body)
+    turn = turn_from_chat(up, parsed.model)
+    return parsed, turn, CHAT.render(turn, parsed)
+
+
 def test_normalize_renames_and_drops_platform_fields():
     body = {"model": "m", "messages": [{"role": "developer", "content": "sys"}, {"role": "user", "content": "hi"}],
             "max_completion_tokens": 50, "store": True, "metadata": {"a": 1}, "stream": True,
             "stream_options": {"include_usage": True}, "tools": TOOLS, "temperature": 0.5, "user": "u"}
-    out = openai_chat.normalize(body)
+    out = normalize(body)
     assert out["messages"][0]["role"] == "system" and body["messages"][0]["role"] == "developer"
     assert out["max_tokens"] == 50 and out["temperature"] == 0.5 and out["tools"] == TOOLS
     for dropped in ("store", "metadata", "stream", "stream_options", "user", "max_completion_tokens"):
@@ -38,7 +47,7 @@ def test_normalize_renames_and_drops_platform_fields():
 
 
 def test_empty_tools_are_dropped_with_tool_choice():
-    out = openai_chat.normalize({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})
+    out = normalize({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})
     assert "tools" not in out and "tool_choice" not in out
 
 
@@ -54,13 +63,13 @@ def test_empty_tools_are_dropped_with_tool_choice():
 ])
 def test_bad_requests_name_the_parameter(body, param):
     with pytest.raises(BadRequest) as info:
-        openai_chat.normalize(body)
+        normalize(body)
     assert info.value.param == param and info.value.status == 400
 
 
 def test_response_parses_with_the_sdk_and_hides_capture_fields():
     req = {"model": "agent-model", "messages": [{"role": "user", "content": "x"}]}
-    resp = openai_chat.to_response(upstream(calls=[("bash", {"command": "ls"})]), req)
+    _, _, resp = render(req, upstream(calls=[("bash", {"command": "ls"})]))
     parsed = ChatCompletion.model_validate(resp)
     assert parsed.model == "agent-model"
     assert parsed.choices[0].finish_reason == "tool_calls"
@@ -70,10 +79,19 @@ def test_response_parses_with_the_sdk_and_hides_capture_fields():
     assert "prompt_token_ids" not in flat and "token_ids" not in flat
 
 
-def test_logprobs_are_returned_when_asked():
+def test_logprobs_and_reasoning_are_returned():
     req = {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 0}
-    resp = ChatCompletion.model_validate(openai_chat.to_response(upstream("ab"), req))
-    assert [c.logprob for c in resp.choices[0].logprobs.content] == [-0.5, -0.25]
+    _, _, resp = render(req, upstream("ab", reasoning="think"))
+    parsed = ChatCompletion.model_validate(resp)
+    assert [c.logprob for c in parsed.choices[0].logprobs.content] == [-0.5, -0.25]
+    assert resp["choices"][0]["message"]["reasoning_content"] == "think"
+
+
+def accumulate(chunks):
+    state = ChatCompletionStreamState(input_tools=TOOLS)
+    for data in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(data))
+    return state.get_final_completion()
 
 
 @pytest.mark.parametrize("content, calls, include_usage", [
@@ -81,14 +99,19 @@ def test_logprobs_are_returned_when_asked():
     (None, [("bash", {"command": "ls"}), ("bash", {"command": "pwd"})], False),
     ("thinking aloud", [("bash", {"command": "echo ü"})], True),
 ])
-def test_synthetic_stream_accumulates_to_the_same_message(content, calls, include_usage):
-    req = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "stream": True}
-    full = openai_chat.to_response(upstream(content, calls, "tool_calls" if calls else "stop"), req)
-    chunks = openai_chat.stream_chunks(full, include_usage=include_usage)
-    state = ChatCompletionStreamState(input_tools=TOOLS)
-    for c in chunks:
-        state.handle_chunk(ChatCompletionChunk.model_validate(c))
-    final = state.get_final_completion()
+@pytest.mark.parametrize("early_head", [False, True])
+def test_synthetic_stream_accumulates_to_the_same_message(content, calls, include_usage, early_head):
+    req = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "stream": True,
+           "stream_options": {"include_usage": include_usage}}
+    parsed, turn, full = render(req, upstream(content, calls, "tool_calls" if calls else "stop"))
+    writer = CHAT.stream(parsed)
+    raw = writer.head() + [writer.keepalive()] if early_head else writer.head(turn)
+    raw += writer.body(full, turn)
+    events = parse_sse(b"".join(raw))
+    assert events[-1] == (None, "[DONE]")
+    chunks = [json.loads(d) for _, d in events[:-1]]
+    assert len({c["id"] for c in chunks}) == 1
+    final = accumulate(chunks)
     expected = ChatCompletion.model_validate(full)
     assert final.choices[0].message.content == expected.choices[0].message.content
     assert final.choices[0].finish_reason == expected.choices[0].finish_reason
@@ -98,3 +121,11 @@ def test_synthetic_stream_accumulates_to_the_same_message(content, calls, includ
     assert (chunks[-1].get("usage") is not None) == include_usage
     if include_usage:
         assert chunks[-1]["choices"] == [] and final.usage.total_tokens == 9
+
+
+def test_mid_stream_error_is_a_data_error_then_done():
+    parsed = CHAT.parse({"messages": [{"role": "user", "content": "x"}], "stream": True})
+    writer = CHAT.stream(parsed)
+    events = parse_sse(b"".join(writer.head() + writer.error(UpstreamError("engine died"))))
+    assert json.loads(events[-2][1])["error"]["message"] == "engine died"
+    assert events[-1] == (None, "[DONE]")

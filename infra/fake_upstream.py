@@ -1,0 +1,87 @@
+"""An instant stand-in for vLLM, for proxy benchmarks and upstream-fault tests.
+
+It answers in vLLM's dialect (``prompt_token_ids``, ``choices[].token_ids``, aligned logprobs)
+without any model, so it is never the bottleneck. Behaviour is chosen by the request's
+``model``:
+
+    fake                 a short text answer ("ok")
+    tools                one tool call (the first tool offered, arguments {})
+    reject-<status>      an error answer with that 4xx status
+    fail-<status>        an error answer with that 5xx status
+    slow-<ms>            the normal answer after <ms> milliseconds
+    slowfail-<ms>        a 500 after <ms> milliseconds
+    no-ids               an answer without token ids (a server too old for capture)
+    close                the connection is closed without an answer
+
+Prompt ids grow with the request (one id per 4 bytes of messages) so large prompts cost what
+they would cost to record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Callable, Iterable
+
+RESPONSE_IDS = [101, 102, 103]
+
+
+def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    path = environ.get("PATH_INFO", "")
+    if environ["REQUEST_METHOD"] == "GET":
+        if path in ("/health", "/v1/models"):
+            return _reply(start_response, 200, {"object": "list", "data": [
+                {"id": "fake", "object": "model", "owned_by": "vllm", "max_model_len": 131072}]})
+        return _reply(start_response, 404, {"error": {"message": "not found", "code": 404}})
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    raw = environ["wsgi.input"].read(length) if length else b""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _reply(start_response, 400, {"error": {"message": "bad json", "type": "BadRequestError", "code": 400}})
+    if path == "/tokenize":
+        return _reply(start_response, 200, {"count": max(1, len(raw) // 4), "max_model_len": 131072})
+    model = str(body.get("model") or "fake")
+    kind, _, arg = model.partition("-")
+    if kind in ("reject", "fail"):
+        status = int(arg or (400 if kind == "reject" else 500))
+        return _reply(start_response, status, {"error": {"message": f"upstream {model}", "type": "BadRequestError",
+                                                         "code": status}})
+    if kind in ("slow", "slowfail"):
+        time.sleep(int(arg or 0) / 1000.0)
+        if kind == "slowfail":
+            return _reply(start_response, 500, {"error": {"message": "upstream failed late", "code": 500}})
+    if kind == "close":
+        raise ConnectionAbortedError("closing without an answer")
+    return _reply(start_response, 200, _completion(body, raw, model))
+
+
+def _completion(body: dict[str, Any], raw: bytes, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": "ok", "reasoning": None}
+    finish = "stop"
+    tools = body.get("tools") or []
+    if model == "tools" and tools:
+        name = tools[0].get("function", {}).get("name", "tool")
+        message = {"role": "assistant", "content": None, "reasoning": None,
+                   "tool_calls": [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
+                                   "function": {"name": name, "arguments": "{}"}}]}
+        finish = "tool_calls"
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "stop_reason": None}
+    n_prompt = max(1, len(raw) // 4)
+    out: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                           "created": int(time.time()), "model": model, "choices": [choice],
+                           "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(RESPONSE_IDS),
+                                     "total_tokens": n_prompt + len(RESPONSE_IDS)}}
+    if model != "no-ids":
+        choice["token_ids"] = RESPONSE_IDS
+        choice["logprobs"] = {"content": [{"token": f"t{t}", "logprob": -0.5, "bytes": None, "top_logprobs": []}
+                                          for t in RESPONSE_IDS]}
+        out["prompt_token_ids"] = list(range(n_prompt))
+    return out
+
+
+def _reply(start_response: Callable[..., Any], status: int, payload: dict[str, Any]) -> list[bytes]:
+    data = json.dumps(payload).encode()
+    start_response(f"{status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]

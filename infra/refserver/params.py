@@ -1,0 +1,160 @@
+"""Request parsing shared by every route and dialect: body decoding, typed fields, sampling.
+
+Validation follows vLLM's messages where clients depend on them (the context-length wording,
+"`tools` must be set", ...). Anything invalid raises APIError, which the app turns into a 4xx.
+"""
+
+from __future__ import annotations
+
+import json
+
+from flask import request
+
+from .engine import ContextLengthError, ModelEngine
+
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+
+
+class APIError(Exception):
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+# ------------------------------------------------------------------ request field validation
+
+def body_json() -> dict:
+    try:
+        body = json.loads(request.get_data(cache=False) or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise APIError("Request body must be a JSON object")
+    return body
+
+
+def get_bool(body: dict, key: str, default: bool) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise APIError(f"'{key}' must be a boolean")
+    return v
+
+
+def get_int(body: dict, key: str, default, lo: int | None = None, hi: int | None = None):
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise APIError(f"'{key}' must be an integer")
+    if lo is not None and v < lo:
+        raise APIError(f"'{key}' must be at least {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise APIError(f"'{key}' must be at most {hi}, got {v}")
+    return v
+
+
+def get_float(body: dict, key: str, default: float) -> float:
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        raise APIError(f"'{key}' must be a number")
+    return float(v)
+
+
+def int_list(v, key: str) -> list[int]:
+    if not isinstance(v, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in v):
+        raise APIError(f"'{key}' must be a list of integers")
+    return v
+
+
+def sampling_args(body: dict, engine: ModelEngine) -> dict:
+    temperature = get_float(body, "temperature", 1.0)
+    if temperature < 0:
+        raise APIError(f"'temperature' must be non-negative, got {temperature}")
+    top_p = get_float(body, "top_p", 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise APIError(f"'top_p' must be in (0, 1], got {top_p}")
+    top_k = get_int(body, "top_k", -1)
+    if top_k < -1:
+        raise APIError(f"'top_k' must be -1 (disable), 0 (disable) or at least 1, got {top_k}")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    elif stop is None:
+        stop = []
+    elif not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise APIError("'stop' must be a string or a list of strings")
+    stop_ids = int_list(body.get("stop_token_ids") or [], "stop_token_ids")
+    try:
+        engine.check_token_ids(stop_ids)
+    except ValueError as exc:
+        raise APIError(f"'stop_token_ids': {exc}") from None
+    return {
+        "temperature": temperature, "top_p": top_p, "top_k": top_k,
+        "seed": get_int(body, "seed", None), "stop": stop, "stop_token_ids": stop_ids,
+        "ignore_eos": get_bool(body, "ignore_eos", False),
+        "include_stop_str_in_output": get_bool(body, "include_stop_str_in_output", False),
+    }
+
+
+def prompt_logprobs_k(body: dict):
+    return get_int(body, "prompt_logprobs", None, 0, MAX_LOGPROBS)
+
+
+def validate_tools(body: dict):
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            raise APIError("'tools' must be a non-empty list when given ([] is too short - 'tools')")
+        for i, t in enumerate(tools):
+            fn = t.get("function") if isinstance(t, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                raise APIError(f"'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+    if choice is None:
+        return tools, "auto" if tools else "none"
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+        if not isinstance(name, str):
+            raise APIError("'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}")
+        if not tools or name not in {t["function"]["name"] for t in tools}:
+            raise APIError(f"Tool '{name}' has not been passed in `tools`.")
+    elif choice not in ("none", "auto", "required"):
+        raise APIError("'tool_choice' must be 'none', 'auto', 'required' or a named function object")
+    elif choice != "none" and not tools:
+        raise APIError("When using `tool_choice`, `tools` must be set.")
+    return tools, choice
+
+
+def render_args(body: dict) -> dict:
+    """Validated chat-template inputs shared by /v1/chat/completions and /tokenize."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError("Field required: 'messages' must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise APIError(f"'messages[{i}]' must be an object with a string 'role'")
+    tools, _ = validate_tools(body)
+    add_gen = get_bool(body, "add_generation_prompt", True)
+    cont = get_bool(body, "continue_final_message", False)
+    if add_gen and cont:
+        raise APIError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise APIError("'chat_template_kwargs' must be an object")
+    return {"messages": messages, "tools": tools, "add_generation_prompt": add_gen,
+            "continue_final_message": cont, "chat_template_kwargs": kwargs}
+
+
+def resolve_max_tokens(engine: ModelEngine, prompt_len: int, requested, default: int) -> int:
+    if requested is not None:
+        engine.check_context(prompt_len, requested)
+        return requested
+    remaining = engine.max_model_len - prompt_len
+    if remaining <= 0:
+        raise ContextLengthError(
+            f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has "
+            f"{prompt_len} input tokens. Please reduce the length of the input messages.")
+    return min(default, remaining)

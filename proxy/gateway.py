@@ -1,0 +1,111 @@
+"""One model call, end to end: pause gate -> engine dialect -> endpoint pool -> capture ->
+the caller's response. The only module besides ``app`` that does I/O."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from pipeline import keys
+from pipeline.settings import Settings
+from proxy import upstream
+from proxy.capture import build_error_record, build_record
+from proxy.control import Control
+from proxy.errors import BadRequest, ProxyError, UpstreamError
+from proxy.providers import Parsed, Provider, Turn, turn_from_chat
+from proxy.providers.base import assistant_message
+from proxy.providers.openai_responses import stored_conversation
+from proxy.response_store import ResponseStore
+from proxy.sessions import SessionGate
+
+
+@dataclass
+class Call:
+    session_id: str
+    seq: int
+    provider: Provider
+    parsed: Parsed
+    original: dict[str, Any]
+    started: float
+
+
+class Gateway:
+    def __init__(self, settings: Settings, r: redis.Redis) -> None:
+        self.settings = settings
+        self.gate = SessionGate(r, settings.result_ttl_seconds)
+        self.engine = upstream.create(settings.upstream_engine)
+        self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds)
+        self.control = Control(r, settings.policy_version)
+        self.responses = ResponseStore(r, settings.result_ttl_seconds)
+
+    def history(self, session_id: str, body: Any) -> list[dict[str, Any]] | None:
+        """The stored conversation a Responses request continues (``previous_response_id``)."""
+        prev = body.get("previous_response_id") if isinstance(body, dict) else None
+        if prev is None:
+            return None
+        stored = self.responses.load(session_id, str(prev))
+        if stored is None:
+            err = BadRequest(f"Previous response with id '{prev}' not found.", param="previous_response_id")
+            err.code = "previous_response_not_found"
+            raise err
+        return stored["conversation"]
+
+    def complete(self, call: Call) -> tuple[Turn, dict[str, Any]]:
+        """Run the call; the session gate is released here on every path (also when a stream's
+        client has gone), so POSTRUN's in-flight wait is exact."""
+        sid, parsed = call.session_id, call.parsed
+        try:
+            chat = dict(parsed.chat)
+            if self.settings.upstream_model:
+                chat["model"] = self.settings.upstream_model
+            version = self.control.enter(self.settings.upstream_timeout_seconds)
+            t0 = time.perf_counter()
+            try:
+                raw, base = self.pool.post_json(
+                    "/v1/chat/completions",
+                    self.engine.prepare(chat, top_logprobs=int(parsed.extra.get("top_logprobs", 0))),
+                    affinity=sid)
+            finally:
+                self.control.exit()
+            latency_ms = (time.perf_counter() - t0) * 1000.0
+            try:
+                captured = self.engine.extract(raw)
+            except upstream.CaptureError as exc:
+                raise UpstreamError(str(exc)) from None
+            turn = turn_from_chat(raw, parsed.model)
+            response = call.provider.render(turn, parsed)
+            record = build_record(
+                session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream,
+                captured=captured, original=call.original, normalized=chat, upstream=raw,
+                response_message=assistant_message(turn), started_at=call.started, finished_at=time.time(),
+                latency_ms=latency_ms, upstream_url=base, policy_version=version)
+        except ProxyError as err:
+            self.fail(sid, call.provider.name, err, call.original, call.started)
+            raise
+        except BaseException:
+            self.gate.end(sid)
+            raise
+        self.gate.end(sid, keys.session_completions(sid), record)
+        if call.provider.name == "openai_responses" and parsed.extra.get("store"):
+            self.responses.save(sid, response, stored_conversation(parsed, assistant_message(turn)))
+        return turn, response
+
+    def fail(self, sid: str, provider: str, err: ProxyError, original: Any, started: float) -> None:
+        """Release the gate and keep the failure for diagnosis (never as a completion)."""
+        self.gate.end(sid, keys.session_errors(sid), build_error_record(
+            session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
+            message=err.message, original=original if isinstance(original, dict) else {},
+            started_at=started, finished_at=time.time()))
+
+    def count_tokens(self, chat: dict[str, Any]) -> int:
+        body = {"model": self.settings.upstream_model or chat.get("model"), "messages": chat["messages"],
+                "add_generation_prompt": True}
+        if chat.get("tools"):
+            body["tools"] = chat["tools"]
+        if chat.get("chat_template_kwargs"):
+            body["chat_template_kwargs"] = chat["chat_template_kwargs"]
+        data, _ = self.pool.post_json("/tokenize", body)
+        return int(data.get("count", len(data.get("tokens") or [])))

@@ -1,0 +1,306 @@
+"""Anthropic Messages, both directions (pure: no I/O).
+
+System prompts (string or blocks, and mid-conversation ``role: system`` messages), text and
+image blocks, ``tool_use``/``tool_result`` (ids preserved), ``thinking`` blocks (history ->
+``reasoning_content``; output -> a thinking block with a synthesised signature), tool choice,
+stop sequences and prefill (a final assistant turn) are translated. Server tools (web search,
+...) cannot run on a local engine and are dropped from the tool list.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.providers.base import (
+    Parsed, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
+    signature_for, stop_list, text_of,
+)
+from proxy.sse import named_event
+
+NAME = "anthropic"
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                504: "timeout_error", 529: "overloaded_error"}
+
+
+def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = require_object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: at least one message is required", param="messages")
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": _system(body.get("system"))}
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
+        chat["messages"].extend(_message(m, i))
+    if messages[-1].get("role") == "assistant":  # prefill: continue the given assistant text
+        chat["continue_final_message"], chat["add_generation_prompt"] = True, False
+    max_tokens = opt_int(body, "max_tokens", minimum=1)
+    if max_tokens is None and need_max_tokens:
+        raise BadRequest("max_tokens: Field required", param="max_tokens")
+    if max_tokens is not None:
+        chat["max_tokens"] = max_tokens
+    for src, dst in (("temperature", "temperature"), ("top_p", "top_p")):
+        if opt_number(body, src) is not None:
+            chat[dst] = body[src]
+    if opt_int(body, "top_k", minimum=1) is not None:
+        chat["top_k"] = body["top_k"]
+    stops = stop_list(body.get("stop_sequences"), "stop_sequences")
+    if stops:
+        chat["stop"] = stops
+    tools, dropped = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        chat.update(_tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive", "disabled"):
+        chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
+    return chat, {"dropped_tools": dropped, "thinking": isinstance(thinking, dict) and thinking.get("type") != "disabled"}
+
+
+def _system(system: Any) -> list[dict[str, Any]]:
+    if system is None or system == "" or system == []:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}]
+    if isinstance(system, list) and all(isinstance(b, dict) and b.get("type", "text") == "text" for b in system):
+        return [{"role": "system", "content": "\n".join(b.get("text", "") for b in system)}]
+    raise BadRequest("system: must be a string or a list of text blocks", param="system")
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list) and all(isinstance(b, dict) for b in content):
+        return content
+    raise BadRequest(f"{where}.content: must be a string or a list of content blocks", param=f"{where}.content")
+
+
+def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
+    src = block.get("source") or {}
+    if src.get("type") == "base64" and isinstance(src.get("data"), str):
+        return {"type": "image_url", "image_url": {"url": data_url(src.get("media_type", "image/png"), src["data"])}}
+    if src.get("type") == "url" and isinstance(src.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": src["url"]}}
+    raise UnsupportedFeature(f"{where}: image source {src.get('type')!r} is not supported", param=where)
+
+
+def _user_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image":
+        return _image_part(block, where)
+    if kind == "document" and (block.get("source") or {}).get("type") == "text":
+        return {"type": "text", "text": block["source"].get("data", "")}
+    if kind in ("thinking", "redacted_thinking"):
+        return None
+    raise UnsupportedFeature(f"{where}: content block type {kind!r} is not supported", param=where)
+
+
+def _message(m: dict[str, Any], i: int) -> list[dict[str, Any]]:
+    role, where = m["role"], f"messages.{i}"
+    blocks = _blocks(m.get("content"), where)
+    if role == "system":
+        return [{"role": "system", "content": text_of(blocks)}]
+    if role == "assistant":
+        return [_assistant(blocks, where)]
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    images_after_tools: list[dict[str, Any]] = []
+    for j, b in enumerate(blocks):
+        if b.get("type") == "tool_result":
+            if parts:
+                out.append({"role": "user", "content": parts})
+                parts = []
+            text, images = _tool_result(b, f"{where}.content.{j}")
+            out.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": text})
+            images_after_tools += images
+        else:
+            part = _user_part(b, f"{where}.content.{j}")
+            if part is not None:
+                parts.append(part)
+    if images_after_tools:  # chat tool messages cannot hold images: show them right after
+        parts = images_after_tools + parts
+    if parts:
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str, Any]]]:
+    if not isinstance(block.get("tool_use_id"), str):
+        raise BadRequest(f"{where}.tool_use_id: Field required", param=f"{where}.tool_use_id")
+    content = block.get("content")
+    if content is None or isinstance(content, str):
+        return content or "", []
+    blocks = _blocks(content, where)
+    images = [_image_part(b, where) for b in blocks if b.get("type") == "image"]
+    return text_of(b for b in blocks if b.get("type") == "text"), images
+
+
+def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    text, reasoning, calls = [], [], []
+    for b in blocks:
+        kind = b.get("type")
+        if kind == "text":
+            text.append(b.get("text", ""))
+        elif kind == "thinking":
+            reasoning.append(b.get("thinking", ""))
+        elif kind == "tool_use":
+            if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
+                raise BadRequest(f"{where}: tool_use blocks need 'id' and 'name'", param=where)
+            calls.append({"id": b["id"], "type": "function",
+                          "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if reasoning:
+        msg["reasoning_content"] = "".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _tools(tools: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    if tools is None:
+        return [], []
+    if not isinstance(tools, list):
+        raise BadRequest("tools: must be a list", param="tools")
+    out, dropped = [], []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise BadRequest(f"tools.{i}: must be an object", param=f"tools.{i}")
+        if t.get("type") not in (None, "custom") or "input_schema" not in t:
+            dropped.append(str(t.get("name") or t.get("type")))  # a server tool: runs at the vendor
+            continue
+        out.append(function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}.name"))
+    return out, dropped
+
+
+def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
+    if not isinstance(choice, dict):
+        return {}
+    out: dict[str, Any] = {}
+    kind = choice.get("type")
+    if kind == "auto":
+        out["tool_choice"] = "auto"
+    elif kind == "any":
+        out["tool_choice"] = "required"
+    elif kind == "none":
+        out["tool_choice"] = "none"
+    elif kind == "tool":
+        if choice.get("name") not in names:
+            raise BadRequest(f"tool_choice.name: no tool named {choice.get('name')!r}", param="tool_choice.name")
+        out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    else:
+        raise BadRequest("tool_choice.type: must be auto, any, tool or none", param="tool_choice.type")
+    if choice.get("disable_parallel_tool_use"):
+        out["parallel_tool_calls"] = False
+    return out
+
+
+def stop_reason(turn: Turn) -> tuple[str, str | None]:
+    if turn.finish_reason == "tool_calls":
+        return "tool_use", None
+    if turn.finish_reason == "length":
+        return "max_tokens", None
+    if turn.finish_reason == "content_filter":
+        return "refusal", None
+    if turn.stopped_on_sequence:
+        return "stop_sequence", turn.stop_reason
+    return "end_turn", None
+
+
+def content_blocks(turn: Turn) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if turn.reasoning:
+        blocks.append({"type": "thinking", "thinking": turn.reasoning, "signature": signature_for(turn.reasoning)})
+    if turn.content or not (turn.tool_calls or turn.reasoning):
+        blocks.append({"type": "text", "text": turn.content or ""})
+    for c in turn.tool_calls:
+        blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments_object()})
+    return blocks
+
+
+class Anthropic:
+    name = NAME
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any, **context: Any) -> Parsed:
+        chat, extra = to_chat(body)
+        extra["message_id"] = new_id("msg")  # fixed now: a stream may announce it before the answer
+        return Parsed(chat=chat, stream=body.get("stream") is True, model=body.get("model"), extra=extra)
+
+    def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
+        reason, sequence = stop_reason(turn)
+        return {"id": parsed.extra["message_id"], "type": "message", "role": "assistant",
+                "model": parsed.model, "content": content_blocks(turn), "stop_reason": reason,
+                "stop_sequence": sequence, "usage": usage(turn)}
+
+    def stream(self, parsed: Parsed) -> "AnthropicStream":
+        return AnthropicStream(parsed)
+
+    def error(self, err: ProxyError) -> dict[str, Any]:
+        kind = _ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": err.message}, "request_id": None}
+
+
+def usage(turn: Turn) -> dict[str, Any]:
+    return {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+class AnthropicStream:
+    """``message_start`` … ``message_stop`` with ``event:`` lines (Claude Code needs them)."""
+
+    def __init__(self, parsed: Parsed) -> None:
+        self.parsed = parsed
+        self.message_id: str | None = None
+
+    def head(self, turn: Turn | None = None) -> list[bytes]:
+        self.message_id = self.parsed.extra["message_id"]
+        u = usage(turn) if turn else {"input_tokens": 0, "output_tokens": 0,
+                                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        u["output_tokens"] = min(u["output_tokens"], 1)
+        start = {"type": "message_start", "message": {
+            "id": self.message_id, "type": "message", "role": "assistant", "model": self.parsed.model,
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": u}}
+        return [named_event("message_start", start), named_event("ping", {"type": "ping"})]
+
+    def keepalive(self) -> bytes | None:
+        return named_event("ping", {"type": "ping"})
+
+    def body(self, response: dict[str, Any], turn: Turn) -> list[bytes]:
+        out = [] if self.message_id is not None else self.head(turn)
+        for i, block in enumerate(response["content"]):
+            out += _block_events(i, block)
+        out.append(named_event("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": response["stop_reason"], "stop_sequence": response["stop_sequence"]},
+            "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens}}))
+        out.append(named_event("message_stop", {"type": "message_stop"}))
+        return out
+
+    def error(self, err: ProxyError) -> list[bytes]:
+        return [named_event("error", Anthropic().error(err))]
+
+
+def _block_events(i: int, block: dict[str, Any]) -> list[bytes]:
+    def ev(kind: str, **payload: Any) -> bytes:
+        return named_event(kind, {"type": kind, "index": i, **payload})
+
+    kind = block["type"]
+    if kind == "thinking":
+        return [ev("content_block_start", content_block={"type": "thinking", "thinking": "", "signature": ""}),
+                ev("content_block_delta", delta={"type": "thinking_delta", "thinking": block["thinking"]}),
+                ev("content_block_delta", delta={"type": "signature_delta", "signature": block["signature"]}),
+                ev("content_block_stop")]
+    if kind == "tool_use":
+        return [ev("content_block_start", content_block={"type": "tool_use", "id": block["id"],
+                                                         "name": block["name"], "input": {}}),
+                ev("content_block_delta", delta={"type": "input_json_delta",
+                                                 "partial_json": json.dumps(block["input"])}),
+                ev("content_block_stop")]
+    return [ev("content_block_start", content_block={"type": "text", "text": ""}),
+            ev("content_block_delta", delta={"type": "text_delta", "text": block["text"]}),
+            ev("content_block_stop")]

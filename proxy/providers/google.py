@@ -1,0 +1,263 @@
+"""Google Gemini ``generateContent`` / ``streamGenerateContent``, both directions (pure).
+
+``systemInstruction``, text/inline-data/file parts, ``functionCall``/``functionResponse``
+(ids preserved, or synthesised consistently: a response without an id answers the oldest
+unanswered call of that name), ``thought`` parts (history -> ``reasoning_content``; output ->
+a thought part when ``includeThoughts``), function declarations with ``parameters`` (OpenAPI
+subset, upper-case types) or ``parametersJsonSchema``, ``toolConfig`` and ``generationConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.providers.base import (
+    Parsed, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
+    signature_for, stop_list,
+)
+from proxy.sse import data_event
+
+NAME = "google"
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+           413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
+           504: "DEADLINE_EXCEEDED"}
+
+
+def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = require_object(body)
+    if isinstance(body.get("generateContentRequest"), dict):  # countTokens' wrapped form
+        body = body["generateContentRequest"]
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise BadRequest("contents is not specified", param="contents")
+    messages = _system(body.get("systemInstruction", body.get("system_instruction")))
+    pending: dict[str, list[str]] = {}  # name -> ids of calls not answered yet
+    for i, content in enumerate(contents):
+        messages.extend(_content(content, i, pending))
+    chat: dict[str, Any] = {"model": model, "messages": messages}
+    cfg = body.get("generationConfig") or {}
+    if not isinstance(cfg, dict):
+        raise BadRequest("generationConfig must be an object", param="generationConfig")
+    if cfg.get("candidateCount", 1) not in (1, None):
+        raise UnsupportedFeature("only candidateCount 1 is supported", param="generationConfig.candidateCount")
+    for src, dst in (("temperature", "temperature"), ("topP", "top_p"), ("presencePenalty", "presence_penalty"),
+                     ("frequencyPenalty", "frequency_penalty")):
+        if opt_number(cfg, src, param=f"generationConfig.{src}") is not None:
+            chat[dst] = cfg[src]
+    for src, dst, low in (("topK", "top_k", 1), ("maxOutputTokens", "max_tokens", 1), ("seed", "seed", 0)):
+        if opt_int(cfg, src, minimum=low, param=f"generationConfig.{src}") is not None:
+            chat[dst] = cfg[src]
+    stops = stop_list(cfg.get("stopSequences"), "generationConfig.stopSequences")
+    if stops:
+        chat["stop"] = stops
+    schema = cfg.get("responseJsonSchema") or cfg.get("responseSchema")
+    if cfg.get("responseMimeType") == "application/json":
+        chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": _schema(schema)}}
+                                   if isinstance(schema, dict) else {"type": "json_object"})
+    thinking = cfg.get("thinkingConfig") if isinstance(cfg.get("thinkingConfig"), dict) else {}
+    if thinking.get("thinkingBudget") == 0:
+        chat["chat_template_kwargs"] = {"enable_thinking": False}
+    elif thinking:
+        chat["chat_template_kwargs"] = {"enable_thinking": True}
+    tools = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        chat.update(_tool_config(body.get("toolConfig"), chat))
+    return chat, {"include_thoughts": bool(thinking.get("includeThoughts"))}
+
+
+def _system(instruction: Any) -> list[dict[str, Any]]:
+    if instruction is None:
+        return []
+    if isinstance(instruction, str):
+        return [{"role": "system", "content": instruction}]
+    if isinstance(instruction, dict) and isinstance(instruction.get("parts"), list):
+        return [{"role": "system", "content": "\n".join(p.get("text", "") for p in instruction["parts"]
+                                                         if isinstance(p, dict))}]
+    raise BadRequest("systemInstruction must be a Content object", param="systemInstruction")
+
+
+def _content(content: Any, i: int, pending: dict[str, list[str]]) -> list[dict[str, Any]]:
+    where = f"contents[{i}]"
+    if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+        raise BadRequest(f"{where}.parts must be a list", param=f"{where}.parts")
+    role = content.get("role") or "user"
+    if role not in ("user", "model", "function", "tool"):
+        raise BadRequest(f"{where}.role must be 'user' or 'model'", param=f"{where}.role")
+    parts = content["parts"]
+    if role == "model":
+        return [_model_turn(parts, where, i, pending)]
+    out: list[dict[str, Any]] = []
+    user_parts: list[dict[str, Any]] = []
+    for j, p in enumerate(parts):
+        pw = f"{where}.parts[{j}]"
+        if not isinstance(p, dict):
+            raise BadRequest(f"{pw} must be an object", param=pw)
+        if isinstance(p.get("functionResponse"), dict):
+            out.append(_tool_message(p["functionResponse"], pw, pending))
+        elif isinstance(p.get("text"), str):
+            user_parts.append({"type": "text", "text": p["text"]})
+        elif "inlineData" in p or "fileData" in p:
+            user_parts.append(_media(p, pw))
+        else:
+            raise UnsupportedFeature(f"{pw}: part kind {sorted(p)} is not supported", param=pw)
+    if user_parts:
+        out.append({"role": "user", "content": user_parts})
+    return out
+
+
+def _model_turn(parts: list[Any], where: str, i: int, pending: dict[str, list[str]]) -> dict[str, Any]:
+    text, reasoning, calls = [], [], []
+    for j, p in enumerate(parts):
+        if not isinstance(p, dict):
+            raise BadRequest(f"{where}.parts[{j}] must be an object", param=f"{where}.parts[{j}]")
+        if isinstance(p.get("functionCall"), dict):
+            fc = p["functionCall"]
+            if not isinstance(fc.get("name"), str):
+                raise BadRequest(f"{where}.parts[{j}].functionCall.name is required", param=where)
+            call_id = fc.get("id") or f"call_{i}_{j}"
+            pending.setdefault(fc["name"], []).append(call_id)
+            calls.append({"id": call_id, "type": "function",
+                          "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {})}})
+        elif isinstance(p.get("text"), str):
+            (reasoning if p.get("thought") else text).append(p["text"])
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if reasoning:
+        msg["reasoning_content"] = "".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]]) -> dict[str, Any]:
+    name = fr.get("name")
+    if not isinstance(name, str):
+        raise BadRequest(f"{where}.functionResponse.name is required", param=where)
+    queue = pending.get(name) or []
+    call_id = fr.get("id")
+    if call_id in queue:
+        queue.remove(call_id)
+    elif call_id is None:
+        call_id = queue.pop(0) if queue else f"call_{name}"
+    response = fr.get("response")
+    if isinstance(response, dict) and set(response) <= {"output", "error"} and response:
+        value = response.get("output", response.get("error"))
+    else:
+        value = response
+    return {"role": "tool", "tool_call_id": call_id, "content": value if isinstance(value, str) else json.dumps(value)}
+
+
+def _media(p: dict[str, Any], where: str) -> dict[str, Any]:
+    inline, file = p.get("inlineData"), p.get("fileData")
+    if isinstance(inline, dict) and str(inline.get("mimeType", "")).startswith("image/"):
+        return {"type": "image_url", "image_url": {"url": data_url(inline["mimeType"], inline.get("data", ""))}}
+    if isinstance(file, dict) and isinstance(file.get("fileUri"), str):
+        return {"type": "image_url", "image_url": {"url": file["fileUri"]}}
+    raise UnsupportedFeature(f"{where}: only image inlineData and fileData are supported", param=where)
+
+
+def _schema(schema: Any) -> Any:
+    """Gemini's OpenAPI-subset schema (``type: OBJECT``) as plain JSON Schema."""
+    if isinstance(schema, dict):
+        return {k: (v.lower() if k == "type" and isinstance(v, str) else _schema(v)) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_schema(v) for v in schema]
+    return schema
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise BadRequest("tools must be a list", param="tools")
+    out = []
+    for i, tool in enumerate(tools):
+        for j, decl in enumerate((tool or {}).get("functionDeclarations") or []):
+            params = decl.get("parametersJsonSchema", _schema(decl.get("parameters")))
+            out.append(function_tool(decl.get("name"), decl.get("description"), params,
+                                     f"tools[{i}].functionDeclarations[{j}].name"))
+        # googleSearch, codeExecution, urlContext ... run at the vendor: dropped
+    return out
+
+
+def _tool_config(config: Any, chat: dict[str, Any]) -> dict[str, Any]:
+    fcc = (config or {}).get("functionCallingConfig") if isinstance(config, dict) else None
+    if not isinstance(fcc, dict):
+        return {}
+    mode = str(fcc.get("mode", "AUTO")).upper()
+    allowed = fcc.get("allowedFunctionNames")
+    if mode == "NONE":
+        return {"tool_choice": "none"}
+    if mode in ("ANY", "VALIDATED") and isinstance(allowed, list) and allowed:
+        chat["tools"] = [t for t in chat["tools"] if t["function"]["name"] in allowed]
+        if len(chat["tools"]) == 1:
+            return {"tool_choice": {"type": "function", "function": {"name": chat["tools"][0]["function"]["name"]}}}
+    return {"tool_choice": "required" if mode in ("ANY", "VALIDATED") else "auto"}
+
+
+def finish_reason(turn: Turn) -> str:
+    return {"length": "MAX_TOKENS", "content_filter": "SAFETY"}.get(turn.finish_reason, "STOP")
+
+
+def parts(turn: Turn, include_thoughts: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if turn.reasoning and include_thoughts:
+        out.append({"text": turn.reasoning, "thought": True})
+    if turn.content or not (turn.tool_calls or out):
+        out.append({"text": turn.content or ""})
+    for c in turn.tool_calls:
+        out.append({"functionCall": {"name": c.name, "args": c.arguments_object(), "id": c.id}})
+    if turn.reasoning:  # harnesses echo it on later turns; Gemini 3 requires it on calls
+        out[-1]["thoughtSignature"] = signature_for(turn.reasoning)
+    return out
+
+
+class Google:
+    name = NAME
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False, **context: Any) -> Parsed:
+        chat, extra = to_chat(body, path_model)
+        extra["response_id"] = new_id("resp")
+        return Parsed(chat=chat, stream=stream, model=path_model, extra=extra)
+
+    def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
+        usage = {"promptTokenCount": turn.prompt_tokens, "candidatesTokenCount": turn.completion_tokens,
+                 "totalTokenCount": turn.total_tokens}
+        return {"candidates": [{"content": {"role": "model", "parts": parts(turn, parsed.extra["include_thoughts"])},
+                                "finishReason": finish_reason(turn), "index": 0}],
+                "usageMetadata": usage, "modelVersion": parsed.model, "responseId": parsed.extra["response_id"]}
+
+    def stream(self, parsed: Parsed) -> "GoogleStream":
+        return GoogleStream()
+
+    def error(self, err: ProxyError) -> dict[str, Any]:
+        status = _STATUS.get(err.status, "INTERNAL" if err.status >= 500 else "INVALID_ARGUMENT")
+        return {"error": {"code": err.status, "message": err.message, "status": status}}
+
+
+class GoogleStream:
+    """``data:`` events, each a GenerateContentResponse with the new parts; the last one carries
+    ``finishReason`` and ``usageMetadata`` (Gemini CLI retries without a finish reason)."""
+
+    def head(self, turn: Turn | None = None) -> list[bytes]:
+        return []  # nothing meaningful to send before the answer
+
+    def keepalive(self) -> bytes | None:
+        return None  # the genai SDK parses every line as JSON: no comments
+
+    def body(self, response: dict[str, Any], turn: Turn) -> list[bytes]:
+        candidate = response["candidates"][0]
+        chunks = []
+        for part in candidate["content"]["parts"][:-1]:
+            chunks.append({"candidates": [{"content": {"role": "model", "parts": [part]}, "index": 0}],
+                           "modelVersion": response["modelVersion"], "responseId": response["responseId"]})
+        last = dict(response)
+        last["candidates"] = [{**candidate, "content": {"role": "model", "parts": candidate["content"]["parts"][-1:]}}]
+        chunks.append(last)
+        return [data_event(c) for c in chunks]
+
+    def error(self, err: ProxyError) -> list[bytes]:
+        return [data_event(Google().error(err))]

@@ -1,0 +1,359 @@
+"""OpenAI Responses, both directions (pure: no I/O).
+
+Input items (messages incl. ``developer``, ``function_call``/``function_call_output``,
+``custom_tool_call``, ``reasoning`` with our own ``encrypted_content``) become chat messages;
+``instructions`` becomes the system message (not carried over by ``previous_response_id``,
+whose stored history the app passes in). Flat function tools, ``namespace`` tools (flattened,
+the namespace restored on output) and ``custom`` tools (one string argument) are translated;
+hosted tools (web search, ...) cannot run on a local engine and are dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.providers.base import (
+    Parsed, Turn, function_tool, new_id, opt_int, opt_number, require_object, text_of,
+)
+from proxy.sse import named_event
+
+NAME = "openai_responses"
+_TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+_CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+
+
+def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = require_object(body)
+    raw = body.get("input")
+    if isinstance(raw, str):
+        items: list[Any] = [{"type": "message", "role": "user", "content": raw}]
+    elif isinstance(raw, list) and raw:
+        items = raw
+    else:
+        raise BadRequest("'input' must be a string or a non-empty array of items", param="input")
+    instructions = body.get("instructions")
+    messages: list[dict[str, Any]] = []
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    messages += history or []
+    start = len(messages)
+    messages += _items(items)
+    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if opt_int(body, "max_output_tokens", minimum=1) is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    for key in ("temperature", "top_p"):
+        if opt_number(body, key) is not None:
+            chat[key] = body[key]
+    tools, namespaces, customs = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+        chat.update(_tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
+        if body.get("parallel_tool_calls") is False:
+            chat["parallel_tool_calls"] = False
+    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    if reasoning.get("effort"):
+        chat["reasoning_effort"] = reasoning["effort"]
+        chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none"}
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        chat["response_format"] = {"type": "json_schema", "json_schema": {
+            k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
+    include = body.get("include") or []
+    return chat, {
+        "namespaces": namespaces, "customs": sorted(customs), "own_messages_from": start,
+        "instructions": instructions if isinstance(instructions, str) else None,
+        "store": body.get("store", True) is not False,
+        "encrypt_reasoning": "reasoning.encrypted_content" in include,
+        "previous_response_id": body.get("previous_response_id"),
+    }
+
+
+def _items(items: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    open_assistant: dict[str, Any] | None = None  # output items of one turn merge into one message
+    reasoning: list[str] = []
+
+    def assistant() -> dict[str, Any]:
+        nonlocal open_assistant
+        if open_assistant is None:
+            open_assistant = {"role": "assistant", "content": None}
+            out.append(open_assistant)
+        if reasoning:
+            open_assistant["reasoning_content"] = "".join(reasoning)
+            reasoning.clear()
+        return open_assistant
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where} must be an object", param=where)
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise BadRequest(f"{where}.role must be user, assistant, system or developer", param=f"{where}.role")
+            if role == "assistant":
+                if open_assistant is not None and open_assistant["content"] is not None:
+                    open_assistant = None  # a second text message starts a new assistant turn
+                msg = assistant()
+                msg["content"] = _text(item.get("content"), where)
+                continue
+            open_assistant = None
+            out.append({"role": "system" if role == "developer" else role, "content": _parts(item.get("content"), where)})
+        elif kind in ("function_call", "custom_tool_call"):
+            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
+                raise BadRequest(f"{where} needs 'call_id' and 'name'", param=where)
+            args = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input", "")})
+            msg = assistant()
+            msg.setdefault("tool_calls", []).append(
+                {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args or "{}"}})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            if not isinstance(item.get("call_id"), str):
+                raise BadRequest(f"{where}.call_id is required", param=f"{where}.call_id")
+            open_assistant = None
+            output = item.get("output")
+            out.append({"role": "tool", "tool_call_id": item["call_id"],
+                        "content": output if isinstance(output, str) else text_of(output or [])})
+        elif kind == "reasoning":
+            reasoning.append(_reasoning_text(item))
+        else:
+            raise UnsupportedFeature(f"{where}: input item type {kind!r} is not supported", param=f"{where}.type")
+    return out
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return text_of((p for p in content if isinstance(p, dict) and p.get("type") in _TEXT_PARTS),
+                       keys=("text", "refusal"))
+    raise BadRequest(f"{where}.content must be a string or an array", param=f"{where}.content")
+
+
+def _parts(content: Any, where: str) -> Any:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}.content must be a string or an array", param=f"{where}.content")
+    parts = []
+    for j, p in enumerate(content):
+        kind = p.get("type") if isinstance(p, dict) else None
+        if kind in _TEXT_PARTS:
+            parts.append({"type": "text", "text": p.get("text", p.get("refusal", ""))})
+        elif kind == "input_image" and isinstance(p.get("image_url"), str):
+            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
+        else:
+            raise UnsupportedFeature(f"{where}.content[{j}]: part type {kind!r} is not supported",
+                                     param=f"{where}.content[{j}]")
+    return parts
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    enc = item.get("encrypted_content")
+    if isinstance(enc, str) and enc:
+        try:
+            return json.loads(base64.b64decode(enc))["reasoning"]
+        except (ValueError, KeyError, TypeError):
+            pass  # another provider's blob: fall back to the visible text
+    content = item.get("content") or []
+    text = text_of(c for c in content if isinstance(c, dict) and c.get("type") == "reasoning_text")
+    return text or text_of(item.get("summary") or [])
+
+
+def encrypt_reasoning(text: str) -> str:
+    """Opaque to the harness, readable by us: lets reasoning survive ``store: false``."""
+    return base64.b64encode(json.dumps({"reasoning": text}).encode()).decode()
+
+
+def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
+    if tools is None:
+        return [], {}, set()
+    if not isinstance(tools, list):
+        raise BadRequest("'tools' must be an array", param="tools")
+    out, namespaces, customs = [], {}, set()
+    for i, t in enumerate(tools):
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind == "function":
+            out.append(function_tool(t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}].name"))
+        elif kind == "namespace":
+            for inner in t.get("tools") or []:
+                if isinstance(inner, dict) and inner.get("type", "function") == "function":
+                    out.append(function_tool(inner.get("name"), inner.get("description"),
+                                             inner.get("parameters"), f"tools[{i}].tools"))
+                    namespaces[inner["name"]] = t.get("name", "")
+        elif kind == "custom":
+            out.append(function_tool(t.get("name"), t.get("description"), _CUSTOM_PARAMS, f"tools[{i}].name"))
+            customs.add(t["name"])
+        elif kind is None:
+            raise BadRequest(f"tools[{i}].type is required", param=f"tools[{i}].type")
+        # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
+    return out, namespaces, customs
+
+
+def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
+    if choice in ("auto", "none", "required"):
+        return {"tool_choice": choice}
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        if choice.get("name") not in names:
+            raise BadRequest(f"tool_choice.name: no tool named {choice.get('name')!r}", param="tool_choice.name")
+        return {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
+    return {}
+
+
+def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if turn.reasoning:
+        item = {"type": "reasoning", "id": new_id("rs"), "summary": [],
+                "content": [{"type": "reasoning_text", "text": turn.reasoning}], "status": "completed"}
+        if parsed.extra.get("encrypt_reasoning"):
+            item["encrypted_content"] = encrypt_reasoning(turn.reasoning)
+        items.append(item)
+    if turn.content or not (turn.tool_calls or turn.reasoning):
+        items.append({"type": "message", "id": new_id("msg"), "status": "completed", "role": "assistant",
+                      "content": [{"type": "output_text", "text": turn.content or "", "annotations": [],
+                                   "logprobs": []}]})
+    for c in turn.tool_calls:
+        if c.name in parsed.extra.get("customs", ()):
+            items.append({"type": "custom_tool_call", "id": new_id("ctc"), "call_id": c.id, "name": c.name,
+                          "input": str(c.arguments_object().get("input", "")), "status": "completed"})
+            continue
+        item = {"type": "function_call", "id": new_id("fc"), "call_id": c.id, "name": c.name,
+                "arguments": c.arguments, "status": "completed"}
+        if c.name in parsed.extra.get("namespaces", {}):
+            item["namespace"] = parsed.extra["namespaces"][c.name]
+        items.append(item)
+    return items
+
+
+def usage(turn: Turn) -> dict[str, Any]:
+    return {"input_tokens": turn.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": turn.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": turn.total_tokens}
+
+
+class OpenAIResponses:
+    name = NAME
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any, *, history: list[dict[str, Any]] | None = None, **context: Any) -> Parsed:
+        chat, extra = to_chat(body, history)
+        extra["response_id"] = new_id("resp")
+        extra["created_at"] = int(time.time())
+        extra["echo"] = {k: body.get(k) for k in ("instructions", "tools", "tool_choice", "parallel_tool_calls",
+                                                 "previous_response_id", "reasoning", "temperature", "top_p",
+                                                 "max_output_tokens", "metadata")}
+        return Parsed(chat=chat, stream=body.get("stream") is True, model=body.get("model"), extra=extra)
+
+    def shell(self, parsed: Parsed, status: str) -> dict[str, Any]:
+        """The response object without output: what ``response.created`` announces."""
+        echo = parsed.extra["echo"]
+        return {"id": parsed.extra["response_id"], "object": "response", "created_at": parsed.extra["created_at"],
+                "status": status, "model": parsed.model, "output": [], "usage": None, "error": None,
+                "incomplete_details": None, "instructions": echo["instructions"], "tools": echo["tools"] or [],
+                "tool_choice": echo["tool_choice"] or "auto",
+                "parallel_tool_calls": echo["parallel_tool_calls"] is not False,
+                "previous_response_id": echo["previous_response_id"], "reasoning": echo["reasoning"],
+                "temperature": echo["temperature"], "top_p": echo["top_p"],
+                "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
+                "store": parsed.extra["store"], "text": {"format": {"type": "text"}}, "truncation": "disabled"}
+
+    def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
+        cut = turn.finish_reason == "length"
+        response = self.shell(parsed, "incomplete" if cut else "completed")
+        response.update(output=output_items(turn, parsed), usage=usage(turn),
+                        incomplete_details={"reason": "max_output_tokens"} if cut else None)
+        return response
+
+    def stream(self, parsed: Parsed) -> "ResponsesStream":
+        return ResponsesStream(self, parsed)
+
+    def error(self, err: ProxyError) -> dict[str, Any]:
+        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+class ResponsesStream:
+    """Typed events with a ``sequence_number``, no ``[DONE]``; Codex needs
+    ``response.output_item.done`` and ``response.completed``."""
+
+    def __init__(self, provider: OpenAIResponses, parsed: Parsed) -> None:
+        self.provider, self.parsed = provider, parsed
+        self.seq = 0
+        self.opened = False
+
+    def _ev(self, kind: str, **payload: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.seq, **payload}
+        self.seq += 1
+        return named_event(kind, data)
+
+    def head(self, turn: Turn | None = None) -> list[bytes]:
+        self.opened = True
+        shell = self.provider.shell(self.parsed, "in_progress")
+        return [self._ev("response.created", response=shell), self._ev("response.in_progress", response=shell)]
+
+    def keepalive(self) -> bytes | None:
+        return b": keepalive\n\n"
+
+    def body(self, response: dict[str, Any], turn: Turn) -> list[bytes]:
+        out = [] if self.opened else self.head(turn)
+        for i, item in enumerate(response["output"]):
+            out += self._item(i, item)
+        terminal = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        out.append(self._ev(terminal, response=response))
+        return out
+
+    def _item(self, i: int, item: dict[str, Any]) -> list[bytes]:
+        ev = self._ev
+        kind = item["type"]
+        if kind == "message":
+            text = item["content"][0]["text"]
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            common = {"item_id": item["id"], "output_index": i, "content_index": 0}
+            return [ev("response.output_item.added", output_index=i,
+                       item={**item, "status": "in_progress", "content": []}),
+                    ev("response.content_part.added", **common, part=part),
+                    ev("response.output_text.delta", **common, delta=text, logprobs=[]),
+                    ev("response.output_text.done", **common, text=text, logprobs=[]),
+                    ev("response.content_part.done", **common, part={**part, "text": text}),
+                    ev("response.output_item.done", output_index=i, item=item)]
+        if kind == "function_call":
+            return [ev("response.output_item.added", output_index=i,
+                       item={**item, "arguments": "", "status": "in_progress"}),
+                    ev("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                       delta=item["arguments"]),
+                    ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                       name=item["name"], arguments=item["arguments"]),
+                    ev("response.output_item.done", output_index=i, item=item)]
+        if kind == "custom_tool_call":
+            return [ev("response.output_item.added", output_index=i, item={**item, "input": ""}),
+                    ev("response.custom_tool_call_input.delta", item_id=item["id"], output_index=i,
+                       delta=item["input"]),
+                    ev("response.custom_tool_call_input.done", item_id=item["id"], output_index=i,
+                       input=item["input"]),
+                    ev("response.output_item.done", output_index=i, item=item)]
+        text = item["content"][0]["text"]  # reasoning, raw chain of thought as vLLM streams it
+        part = {"type": "reasoning_text", "text": ""}
+        common = {"item_id": item["id"], "output_index": i, "content_index": 0}
+        return [ev("response.output_item.added", output_index=i, item={**item, "content": [], "status": "in_progress"}),
+                ev("response.content_part.added", **common, part=part),
+                ev("response.reasoning_text.delta", **common, delta=text),
+                ev("response.reasoning_text.done", **common, text=text),
+                ev("response.content_part.done", **common, part={**part, "text": text}),
+                ev("response.output_item.done", output_index=i, item=item)]
+
+    def error(self, err: ProxyError) -> list[bytes]:
+        failed = self.provider.shell(self.parsed, "failed")
+        failed["error"] = {"code": "server_error" if err.status >= 500 else "invalid_request", "message": err.message}
+        return [self._ev("error", code=err.code, message=err.message, param=err.param),
+                self._ev("response.failed", response=failed)]
+
+
+def stored_conversation(parsed: Parsed, assistant: dict[str, Any]) -> list[dict[str, Any]]:
+    """What ``previous_response_id`` continues from: this request's messages without its
+    ``instructions``, plus the answer."""
+    messages = parsed.chat["messages"]
+    skip = 1 if parsed.extra.get("instructions") else 0
+    return [*messages[skip:], assistant]

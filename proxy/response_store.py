@@ -1,0 +1,27 @@
+"""Responses-API state per session, so ``previous_response_id`` works (``store: false`` skips it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from pipeline import keys
+from pipeline.codec import pack, unpack
+
+
+class ResponseStore:
+    def __init__(self, r: redis.Redis, ttl_seconds: int) -> None:
+        self._r = r
+        self.ttl = ttl_seconds
+
+    def save(self, session_id: str, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        key = keys.session_responses(session_id)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hset(key, response["id"], pack({"response": response, "conversation": conversation}))
+        pipe.expire(key, self.ttl)
+        pipe.execute()
+
+    def load(self, session_id: str, response_id: str) -> dict[str, Any] | None:
+        blob = self._r.hget(keys.session_responses(session_id), response_id)
+        return unpack(blob) if blob else None
