@@ -9,8 +9,8 @@ from pipeline.codec import pack
 from proxy.upstream import Captured
 
 # Already captured as structured fields; not stored twice.
-_BULKY = ("prompt_token_ids", "prompt_logprobs")
-_BULKY_CHOICE = ("token_ids", "logprobs")
+_BULKY = ("prompt_token_ids", "prompt_logprobs", "sglext")
+_BULKY_CHOICE = ("token_ids", "logprobs", "prompt_token_ids", "response_token_ids", "meta_info")
 
 
 def build_record(*, session_id: str, seq: int, provider: str, stream: bool, captured: Captured,

@@ -25,14 +25,34 @@ _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DEN
            504: "DEADLINE_EXCEEDED"}
 
 
+# Values that are user data (schemas, arguments): their keys are never renamed.
+_OPAQUE = {"args", "response", "parameters", "parametersJsonSchema", "responseSchema", "responseJsonSchema",
+           "labels"}
+
+
+def camel_keys(value: Any) -> Any:
+    """The API accepts proto field names in both spellings, and the Python SDK sends nested ones
+    in snake_case (``include_thoughts``, ``parameters_json_schema``): read everything as camelCase."""
+    if isinstance(value, list):
+        return [camel_keys(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, v in value.items():
+        head, *rest = key.split("_")
+        name = head + "".join(w[:1].upper() + w[1:] for w in rest) if rest else key
+        out[name] = v if name in _OPAQUE else camel_keys(v)
+    return out
+
+
 def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    body = require_object(body)
+    body = camel_keys(require_object(body))
     if isinstance(body.get("generateContentRequest"), dict):  # countTokens' wrapped form
         body = body["generateContentRequest"]
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise BadRequest("contents is not specified", param="contents")
-    messages = _system(body.get("systemInstruction", body.get("system_instruction")))
+    messages = _system(body.get("systemInstruction"))
     pending: dict[str, list[str]] = {}  # name -> ids of calls not answered yet
     for i, content in enumerate(contents):
         messages.extend(_content(content, i, pending))

@@ -16,3 +16,28 @@ def fake_stack(tmp_path_factory):
                         upstream_timeout_seconds=3, max_request_bytes=1_000_000)
     with Stack(StackConfig(settings=settings, upstream="fake", components=("proxy",))) as stack:
         yield stack
+
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
+POLICIES = {"sdk-tools": str(FIXTURES / "sdk_tools_policy.json"),
+            "sdk-think": str(FIXTURES / "sdk_think_policy.json")}
+
+
+def _ref_stack(tmp_path_factory, model_dir, dialect: str):
+    settings = Settings(home=tmp_path_factory.mktemp(f"ref-{dialect}"), upstream_engine=dialect)
+    return Stack(StackConfig(settings=settings, upstream="reference", dialect=dialect, model_dir=model_dir,
+                             policies=POLICIES, components=("proxy",)))
+
+
+@pytest.fixture(scope="session")
+def ref_stack(tmp_path_factory, model_dir):
+    """The proxy in front of the reference model server (vLLM dialect)."""
+    with _ref_stack(tmp_path_factory, model_dir, "vllm") as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def sglang_stack(tmp_path_factory, model_dir):
+    """The proxy with its SGLang engine, in front of the reference server speaking SGLang."""
+    with _ref_stack(tmp_path_factory, model_dir, "sglang") as stack:
+        yield stack
