@@ -7,12 +7,31 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel
 
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
 
 def pack(obj: Any) -> bytes:
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json")
-    return msgpack.packb(obj, use_bin_type=True)
+    try:
+        return msgpack.packb(obj, use_bin_type=True)
+    except OverflowError:
+        # JSON allows integers msgpack cannot hold (a client's request is stored verbatim):
+        # keep those as their decimal text rather than lose the record.
+        return msgpack.packb(_wide_ints_as_text(obj), use_bin_type=True)
 
 
 def unpack(blob: bytes) -> Any:
     return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+
+
+def _wide_ints_as_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _wide_ints_as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wide_ints_as_text(v) for v in value]
+    return value

@@ -113,7 +113,7 @@ def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | N
     try:
         body = body if body is not None else _json_body()
         history = gw.history(session_id, body) if provider.name == "openai_responses" else None
-        parsed = provider.parse(body, path_model=route.model, stream=route.stream, history=history)
+        parsed = _parse(provider, body, route, history)
     except ProxyError as err:
         gw.fail(session_id, provider.name, err, body, started)
         raise
@@ -125,6 +125,18 @@ def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | N
         _, response = gw.complete(call)
         return jsonify(response)
     return _stream(gw, call, settings.stream_keepalive_seconds)
+
+
+def _parse(provider: Provider, body: Any, route: Route, history: Any) -> Any:
+    try:
+        return provider.parse(body, path_model=route.model, stream=route.stream, history=history)
+    except ProxyError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        # A shape the translation did not anticipate is still the client's malformed input:
+        # answer 400 in its format (and log it, it may deserve a precise message).
+        log.warning("unexpected %s request shape: %r", provider.name, exc)
+        raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
 
 
 def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
@@ -223,7 +235,11 @@ def _admin(settings: Settings) -> None:
 def _json_body() -> Any:
     raw = request.get_data(cache=True)
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"malformed JSON body: {exc}") from None
 
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")

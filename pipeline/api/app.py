@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 def _parse_task(raw: bytes) -> TaskRequest:
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -129,3 +129,7 @@ def _workers(celery: Any) -> dict[str, Any]:
     except Exception as exc:  # workers being unreachable is a status, not an API failure
         return {"error": str(exc)}
     return {name: sorted(q["name"] for q in queues) for name, queues in replies.items()}
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")

@@ -194,7 +194,11 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         raise BadRequest("tools must be a list", param="tools")
     out = []
     for i, tool in enumerate(tools):
-        for j, decl in enumerate((tool or {}).get("functionDeclarations") or []):
+        decls = tool.get("functionDeclarations") if isinstance(tool, dict) else None
+        if not isinstance(decls, (list, type(None))) or not all(isinstance(d, dict) for d in decls or []):
+            raise BadRequest(f"tools[{i}].functionDeclarations must be a list of objects",
+                             param=f"tools[{i}].functionDeclarations")
+        for j, decl in enumerate(decls or []):
             params = decl.get("parametersJsonSchema", _schema(decl.get("parameters")))
             out.append(function_tool(decl.get("name"), decl.get("description"), params,
                                      f"tools[{i}].functionDeclarations[{j}].name"))

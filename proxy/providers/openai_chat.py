@@ -38,7 +38,7 @@ def normalize(body: Any) -> dict[str, Any]:
         raise BadRequest("'messages' must be a non-empty array", param="messages")
     out_messages = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in _ROLES:
             raise BadRequest(f"messages[{i}] must be an object with a valid 'role'", param=f"messages[{i}].role")
         if m["role"] == "developer":
             m = {**m, "role": "system"}

@@ -230,7 +230,7 @@ def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
 
 
 def usage(turn: Turn) -> dict[str, Any]:
-    return {"input_tokens": turn.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": turn.prompt_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": turn.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": turn.total_tokens}
 

@@ -1,0 +1,218 @@
+"""Field-level translation rules of the Anthropic, Responses and Gemini providers, checked
+against the vendors' SDK types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from anthropic.types import Message
+from google.genai import types as gt
+from openai.types.responses import Response
+
+from proxy.errors import BadRequest, UnsupportedFeature
+from proxy.providers import PROVIDERS, ToolCall, Turn
+from proxy.providers.openai_responses import encrypt_reasoning
+
+A, R, G = PROVIDERS["anthropic"], PROVIDERS["openai_responses"], PROVIDERS["google"]
+TOOL = {"name": "bash", "description": "run", "input_schema": {"type": "object"}}
+
+
+def turn(content="hi", calls=(), reasoning=None, finish="stop", stop_reason=None):
+    return Turn(id="chatcmpl-1", model="m", created=1, content=content, reasoning=reasoning,
+                tool_calls=[ToolCall(f"call_{i}", n, json.dumps(a)) for i, (n, a) in enumerate(calls)],
+                finish_reason=finish, stop_reason=stop_reason, prompt_tokens=5, completion_tokens=3)
+
+
+# --- Anthropic ---------------------------------------------------------------------------------
+
+def anthropic_body(**kw):
+    return {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **kw}
+
+
+@pytest.mark.parametrize("choice, expected", [
+    ({"type": "auto"}, {"tool_choice": "auto"}),
+    ({"type": "any"}, {"tool_choice": "required"}),
+    ({"type": "none"}, {"tool_choice": "none"}),
+    ({"type": "tool", "name": "bash", "disable_parallel_tool_use": True},
+     {"tool_choice": {"type": "function", "function": {"name": "bash"}}, "parallel_tool_calls": False}),
+])
+def test_anthropic_tool_choice(choice, expected):
+    chat = A.parse(anthropic_body(tools=[TOOL], tool_choice=choice)).chat
+    assert {k: chat[k] for k in expected} == expected
+
+
+def test_anthropic_request_details():
+    body = anthropic_body(system=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                          stop_sequences=["END"], temperature=0.2, top_k=5, messages=[
+        {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+            {"type": "text", "text": "look"}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "text", "text": "file.txt"},
+                {"type": "image", "source": {"type": "url", "url": "http://x/i.png"}}]},
+            {"type": "text", "text": "and?"}]},
+        {"role": "assistant", "content": "The answer is"}],
+        tools=[TOOL, {"type": "web_search_20250305", "name": "web_search"}])
+    parsed = A.parse(body)
+    chat = parsed.chat
+    assert chat["messages"][0] == {"role": "system", "content": "a\nb"}
+    assert chat["messages"][1]["content"][0] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert chat["messages"][2] == {"role": "assistant", "content": None, "reasoning_content": "hmm", "tool_calls": [
+        {"id": "toolu_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    assert chat["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "file.txt"}
+    assert chat["messages"][4]["content"][0]["image_url"]["url"] == "http://x/i.png"  # tool images follow
+    assert chat["messages"][5] == {"role": "assistant", "content": "The answer is"}
+    assert chat["continue_final_message"] is True and chat["add_generation_prompt"] is False
+    assert chat["stop"] == ["END"] and chat["temperature"] == 0.2 and chat["top_k"] == 5
+    assert [t["function"]["name"] for t in chat["tools"]] == ["bash"]
+    assert parsed.extra["dropped_tools"] == ["web_search"]
+
+
+@pytest.mark.parametrize("t, reason, sequence", [
+    (turn(), "end_turn", None),
+    (turn(finish="length"), "max_tokens", None),
+    (turn(stop_reason="END"), "stop_sequence", "END"),
+    (turn(content=None, calls=[("bash", {"c": 1})], finish="tool_calls"), "tool_use", None),
+])
+def test_anthropic_response_and_stop_reasons(t, reason, sequence):
+    parsed = A.parse(anthropic_body())
+    msg = Message.model_validate(A.render(t, parsed))
+    assert (msg.stop_reason, msg.stop_sequence) == (reason, sequence)
+    assert msg.usage.input_tokens == 5 and msg.usage.output_tokens == 3
+
+
+def test_anthropic_thinking_block_has_a_signature():
+    msg = Message.model_validate(A.render(turn(reasoning="r", calls=[("bash", {})], content=None), A.parse(anthropic_body())))
+    assert [b.type for b in msg.content] == ["thinking", "tool_use"] and msg.content[0].signature
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+    (anthropic_body(messages=[]), "messages"),
+    (anthropic_body(messages=[{"role": "bot", "content": "x"}]), "messages.0.role"),
+    (anthropic_body(tools=[TOOL], tool_choice={"type": "tool", "name": "nope"}), "tool_choice.name"),
+    (anthropic_body(messages=[{"role": "user", "content": [{"type": "tool_result"}]}]), "messages.0.content.0.tool_use_id"),
+])
+def test_anthropic_bad_requests(body, param):
+    with pytest.raises(BadRequest) as info:
+        A.parse(body)
+    assert info.value.param == param
+
+
+def test_anthropic_unsupported_block_is_a_clear_400():
+    with pytest.raises(UnsupportedFeature) as info:
+        A.parse(anthropic_body(messages=[{"role": "user", "content": [{"type": "document", "source": {"type": "base64"}}]}]))
+    assert info.value.status == 400 and "document" in info.value.message
+
+
+# --- Responses ---------------------------------------------------------------------------------
+
+def test_responses_items_group_into_turns():
+    enc = encrypt_reasoning("secret thoughts")
+    parsed = R.parse({"model": "m", "instructions": "be brief", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": enc},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "bash", "arguments": "{\"x\": 1}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]},
+        {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": "*** Begin"},
+    ], "tools": [{"type": "custom", "name": "apply_patch"}]})
+    msgs = parsed.chat["messages"]
+    assert msgs[0] == {"role": "system", "content": "be brief"}
+    assert msgs[2]["reasoning_content"] == "secret thoughts" and msgs[2]["content"] == "ok"
+    assert [c["id"] for c in msgs[2]["tool_calls"]] == ["c1", "c2"]  # parallel calls: one turn
+    assert msgs[3] == {"role": "tool", "tool_call_id": "c1", "content": "one"}
+    assert msgs[4]["content"] == "two"
+    assert json.loads(msgs[5]["tool_calls"][0]["function"]["arguments"]) == {"input": "*** Begin"}
+
+
+def test_responses_output_items_validate_with_the_sdk():
+    parsed = R.parse({"model": "m", "input": "x", "include": ["reasoning.encrypted_content"],
+                      "tools": [{"type": "namespace", "name": "ns", "description": "agents",
+                                 "tools": [{"type": "function", "name": "spawn"}]},
+                                {"type": "custom", "name": "apply_patch"}]})
+    t = turn(content="done", reasoning="why", calls=[("spawn", {"a": 1}), ("apply_patch", {"input": "diff"})])
+    resp = Response.model_validate(R.render(t, parsed))
+    kinds = [o.type for o in resp.output]
+    assert kinds == ["reasoning", "message", "function_call", "custom_tool_call"]
+    assert resp.output[0].encrypted_content and resp.output[2].namespace == "ns"
+    assert resp.output[3].input == "diff" and resp.output_text == "done"
+    assert resp.usage.total_tokens == 8 and resp.status == "completed"
+    cut = Response.model_validate(R.render(turn(finish="length"), parsed))
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+
+
+@pytest.mark.parametrize("body, error", [
+    ({"model": "m"}, BadRequest),
+    ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, UnsupportedFeature),
+    ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, BadRequest),
+    ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, UnsupportedFeature),
+])
+def test_responses_bad_requests(body, error):
+    with pytest.raises(error):
+        R.parse(body)
+
+
+# --- Gemini ------------------------------------------------------------------------------------
+
+def test_gemini_ids_are_preserved_or_synthesised_consistently():
+    parsed = G.parse({"contents": [
+        {"role": "user", "parts": [{"text": "go"}]},
+        {"role": "model", "parts": [{"text": "plan", "thought": True},
+                                    {"functionCall": {"name": "read", "args": {"p": "a"}}},
+                                    {"functionCall": {"name": "read", "args": {"p": "b"}}},
+                                    {"functionCall": {"name": "ls", "args": {}, "id": "given"}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "ls", "id": "given", "response": {"output": "x"}}},
+                                   {"functionResponse": {"name": "read", "response": {"output": "A"}}},
+                                   {"functionResponse": {"name": "read", "response": {"error": "no"}}}]},
+    ]}, path_model="m")
+    msgs = parsed.chat["messages"]
+    ids = [c["id"] for c in msgs[1]["tool_calls"]]
+    assert ids == ["call_1_1", "call_1_2", "given"] and msgs[1]["reasoning_content"] == "plan"
+    assert [(m["tool_call_id"], m["content"]) for m in msgs[2:]] == [("given", "x"), ("call_1_1", "A"), ("call_1_2", "no")]
+
+
+def test_gemini_openapi_schema_and_tool_config():
+    chat = G.parse({"contents": [{"parts": [{"text": "x"}]}],
+                    "tools": [{"functionDeclarations": [
+                        {"name": "a", "parameters": {"type": "OBJECT", "properties": {"q": {"type": "STRING"}}}},
+                        {"name": "b"}]}, {"googleSearch": {}}],
+                    "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["a"]}},
+                    "generationConfig": {"maxOutputTokens": 7, "stopSequences": ["X"], "seed": 3,
+                                         "thinkingConfig": {"thinkingBudget": 0}}}, path_model="m").chat
+    assert chat["tools"] == [{"type": "function", "function": {
+        "name": "a", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "a"}}
+    assert (chat["max_tokens"], chat["stop"], chat["seed"]) == (7, ["X"], 3)
+    assert chat["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_gemini_response_validates_with_the_sdk():
+    parsed = G.parse({"contents": [{"parts": [{"text": "x"}]}],
+                      "generationConfig": {"thinkingConfig": {"includeThoughts": True}}}, path_model="m")
+    r = gt.GenerateContentResponse.model_validate(G.render(turn(content=None, reasoning="r", calls=[("ls", {"a": 1})]), parsed))
+    parts = r.candidates[0].content.parts
+    assert parts[0].thought and parts[0].text == "r"
+    assert parts[1].function_call.name == "ls" and parts[1].function_call.args == {"a": 1} and parts[1].thought_signature
+    assert r.candidates[0].finish_reason == gt.FinishReason.STOP and r.usage_metadata.total_token_count == 8
+    hidden = G.parse({"contents": [{"parts": [{"text": "x"}]}]}, path_model="m")
+    assert all(not p.get("thought") for p in G.render(turn(reasoning="r"), hidden)["candidates"][0]["content"]["parts"])
+    assert G.render(turn(finish="length"), hidden)["candidates"][0]["finishReason"] == "MAX_TOKENS"
+
+
+@pytest.mark.parametrize("body", [
+    {"contents": []},
+    {"contents": [{"role": "robot", "parts": [{"text": "x"}]}]},
+    {"contents": [{"parts": [{"executableCode": {"code": "1"}}]}]},
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"candidateCount": 2}},
+])
+def test_gemini_bad_requests(body):
+    with pytest.raises(BadRequest):
+        G.parse(body, path_model="m")
