@@ -30,7 +30,7 @@ class _App(BaseApplication):
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "proxy": {"worker_class": "gevent", "workers": 2, "worker_connections": 2000,
+    "proxy": {"worker_class": "gevent_pywsgi", "workers": 2, "worker_connections": 2000,
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
     "api": {"worker_class": "gthread", "workers": 1, "threads": 16, "timeout": 120,
             "graceful_timeout": 5},

@@ -6,13 +6,13 @@ wait on the engine, and a greenlet per call lets one process hold hundreds of th
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from typing import Any, Callable, Iterable
 
-from flask import Flask, Response, g, jsonify, request
+import orjson
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from pipeline.redis_conn import connect
@@ -28,6 +28,12 @@ from proxy.providers import anthropic, google
 from proxy.sessions import session_id_from
 
 log = logging.getLogger("polar.proxy")
+try:
+    from gevent import monkey as _monkey
+
+    _GEVENT = _monkey.is_module_patched("threading")
+except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
+    _GEVENT = False
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -46,7 +52,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     def dispatch(path: str, sid: str | None = None) -> Any:
         g.provider = PROVIDERS["openai_chat"]
         if request.method == "HEAD":  # Claude Code's preflight of its base URL
-            return jsonify({"status": "ok"})
+            return _json({"status": "ok"})
         route = detect(request.method, "/" + path, request.headers)
         body = None
         if route is None and request.method == "POST":
@@ -56,7 +62,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             raise UnsupportedEndpoint(f"{request.method} /{path} is not served by this proxy")
         g.provider = PROVIDERS[route.provider]
         if route.kind == "health":
-            return jsonify({"status": "ok"})
+            return _json({"status": "ok"})
         if route.kind in ("models", "model"):
             return _models(gw, route)
         session_id = session_id_from(sid, request.headers, request.args)
@@ -69,25 +75,25 @@ def create_app(settings: Settings | None = None) -> Flask:
     @app.post("/admin/pause")
     def pause() -> Response:
         _admin(settings)
-        return jsonify(gw.control.pause(float(request.args.get("timeout_seconds", 600))))
+        return _json(gw.control.pause(float(request.args.get("timeout_seconds", 600))))
 
     @app.post("/admin/resume")
     def resume() -> Response:
         _admin(settings)
         data = request.get_json(silent=True) or {}
         version = data.get("policy_version", request.args.get("policy_version"))
-        return jsonify(gw.control.resume(None if version is None else str(version)))
+        return _json(gw.control.resume(None if version is None else str(version)))
 
     @app.get("/admin/status")
     def admin_status() -> Response:
-        return jsonify(gw.control.status())
+        return _json(gw.control.status())
 
     @app.errorhandler(ProxyError)
     def proxy_error(err: ProxyError) -> tuple[Response, int]:
         if err.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, err.message)
         provider: Provider = getattr(g, "provider", PROVIDERS["openai_chat"])
-        return jsonify(provider.error(err)), err.status
+        return _json(provider.error(err), err.status)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:
@@ -107,7 +113,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 
 def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | None, body: Any) -> Response:
     provider: Provider = g.provider
-    seq = gw.gate.begin(session_id)
+    seq, version = gw.admit(session_id)
     assert session_id is not None
     started = time.time()
     try:
@@ -118,12 +124,12 @@ def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | N
         gw.fail(session_id, provider.name, err, body, started)
         raise
     except BaseException:
-        gw.gate.end(session_id)
+        gw.abandon(session_id)
         raise
-    call = Call(session_id, seq, provider, parsed, body, started)
+    call = Call(session_id, seq, version, provider, parsed, body, started)
     if not parsed.stream:
         _, response = gw.complete(call)
-        return jsonify(response)
+        return _json(response)
     return _stream(gw, call, settings.stream_keepalive_seconds)
 
 
@@ -144,7 +150,8 @@ def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
     job = _Job(gw.complete, call)
     if job.wait(keepalive):  # fast: a real HTTP error status is still possible
         turn, response = job.result()
-        return _sse(writer.head(turn) + writer.body(response, turn))
+        # One buffer: the server writes each item of a body as its own chunk and syscall.
+        return _sse([b"".join(writer.head(turn) + writer.body(response, turn))])
 
     def events() -> Iterable[bytes]:
         yield from writer.head()
@@ -167,14 +174,21 @@ def _sse(body: Iterable[bytes]) -> Response:
 
 
 class _Job:
-    """The engine call runs beside the response so a slow answer can be streamed with keepalives
-    (a greenlet under gunicorn's gevent workers, a thread elsewhere)."""
+    """The engine call runs beside the response so a slow answer can be streamed with keepalives:
+    a bare greenlet under gunicorn's gevent workers (cheap), a thread anywhere else."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._done = threading.Event()
         self._value: Any = None
         self._error: BaseException | None = None
-        threading.Thread(target=self._run, args=(fn, *args), daemon=True).start()
+        if _GEVENT:
+            import gevent
+            import gevent.event
+
+            self._done = gevent.event.Event()
+            gevent.spawn(self._run, fn, *args)
+        else:
+            self._done = threading.Event()
+            threading.Thread(target=self._run, args=(fn, *args), daemon=True).start()
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -188,7 +202,7 @@ class _Job:
             self._done.set()
 
     def wait(self, timeout: float) -> bool:
-        return self._done.wait(timeout)
+        return bool(self._done.wait(timeout))
 
     def result(self) -> Any:
         if self._error is not None:
@@ -199,11 +213,11 @@ class _Job:
 def _models(gw: Gateway, route: Route) -> Response:
     upstream = gw.pool.get_json("/v1/models")
     if route.kind == "models":
-        return jsonify(models.listing(route.provider, upstream))
+        return _json(models.listing(route.provider, upstream))
     found = models.one(route.provider, upstream, route.model or "")
     if found is None:
         raise SessionNotFound(f"model {route.model!r} not found")
-    return jsonify(found)
+    return _json(found)
 
 
 def _stored_response(gw: Gateway, session_id: str | None, route: Route) -> Response:
@@ -213,16 +227,16 @@ def _stored_response(gw: Gateway, session_id: str | None, route: Route) -> Respo
         err = SessionNotFound(f"No response found with id '{route.item_id}'.")
         err.code = "response_not_found"
         raise err
-    return jsonify(stored["response"])
+    return _json(stored["response"])
 
 
 def _count_tokens(gw: Gateway, route: Route, session_id: str | None, body: Any) -> Response:
     gw.gate.check(session_id)
     if route.provider == "google":
         chat, _ = google.to_chat(body, route.model)
-        return jsonify({"totalTokens": gw.count_tokens(chat)})
+        return _json({"totalTokens": gw.count_tokens(chat)})
     chat, _ = anthropic.to_chat(body, need_max_tokens=False)
-    return jsonify({"input_tokens": gw.count_tokens(chat)})
+    return _json({"input_tokens": gw.count_tokens(chat)})
 
 
 def _admin(settings: Settings) -> None:
@@ -235,11 +249,10 @@ def _admin(settings: Settings) -> None:
 def _json_body() -> Any:
     raw = request.get_data(cache=True)
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return orjson.loads(raw)  # strict JSON: no NaN/Infinity, integers within 64 bits
+    except orjson.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON body: {exc}") from None
 
 
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")

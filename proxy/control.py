@@ -19,24 +19,27 @@ class Control:
         self._r = r
         self.default_policy_version = default_policy_version
 
-    def enter(self, max_wait: float) -> str | None:
-        """Count an upstream call in flight, waiting while paused; returns the policy version.
-        Counting *before* reading the flag is what lets ``pause`` trust a drained count."""
+    ENTER = (("INCR", keys.PROXY_INFLIGHT), ("GET", keys.PROXY_PAUSED), ("GET", keys.PROXY_POLICY_VERSION))
+    EXIT = (("DECR", keys.PROXY_INFLIGHT),)
+    # ENTER counts a call in flight *before* reading the pause flag: that order is what lets
+    # ``pause`` trust a drained count.
+
+    def entered(self, replies: list, max_wait: float) -> str | None:
+        """The policy version for an entered call; while paused, step out and wait."""
+        _, paused, version = replies
         deadline = time.monotonic() + max_wait
-        while True:
-            pipe = self._r.pipeline(transaction=False)
-            pipe.incr(keys.PROXY_INFLIGHT)
-            pipe.get(keys.PROXY_PAUSED)
-            pipe.get(keys.PROXY_POLICY_VERSION)
-            _, paused, version = pipe.execute()
-            if not paused:
-                return version.decode() if version else self.default_policy_version
-            self._r.decr(keys.PROXY_INFLIGHT)
+        while paused:
+            self.exit()
             if time.monotonic() > deadline:
                 from proxy.errors import UpstreamTimeout
 
                 raise UpstreamTimeout("inference is paused for weight sync and did not resume in time")
             time.sleep(POLL_SECONDS)
+            pipe = self._r.pipeline(transaction=False)
+            for cmd in self.ENTER:
+                pipe.execute_command(*cmd)
+            _, paused, version = pipe.execute()
+        return version.decode() if version else self.default_policy_version
 
     def exit(self) -> None:
         self._r.decr(keys.PROXY_INFLIGHT)

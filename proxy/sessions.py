@@ -48,17 +48,28 @@ def session_id_from(path_sid: str | None, headers: Mapping[str, str], args: Mapp
 
 
 class SessionGate:
+    """Admits model calls of live sessions. It only *builds* Redis commands; the gateway sends
+    them together with the pause gate's, so admission and release cost one round trip each."""
+
     def __init__(self, r: redis.Redis, records_ttl: int) -> None:
-        self._begin = r.register_script(_BEGIN)
         self._r = r
         self.records_ttl = records_ttl
+        self._sha = r.script_load(_BEGIN)
+        self._active = [s.value for s in ACTIVE]
 
-    def begin(self, sid: str | None) -> int:
-        """Admit one model call for ``sid``; returns its sequence number in the session."""
+    def begin_commands(self, sid: str | None) -> list[tuple]:
         if not sid or not SESSION_ID.match(sid):
             raise SessionNotFound("no session: call /s/<session_id>/v1/... or use the session id as the API key")
-        seq, status = self._begin(keys=[keys.session(sid), keys.session_inflight(sid)],
-                                  args=[s.value for s in ACTIVE])
+        # EVALSHA of a script loaded at start; a Redis that lost it answers NOSCRIPT (``reload``).
+        return [("EVALSHA", self._sha, 2, keys.session(sid), keys.session_inflight(sid), *self._active)]
+
+    def reload(self) -> None:
+        self._sha = self._r.script_load(_BEGIN)
+
+    @staticmethod
+    def admitted(sid: str, reply: list) -> int:
+        """The sequence number of the admitted call, or the reason it is refused."""
+        seq, status = reply
         if seq == 0:
             raise SessionNotFound(f"unknown session {sid!r}")
         if seq < 0:
@@ -71,10 +82,10 @@ class SessionGate:
         if not sid or not SESSION_ID.match(sid) or not self._r.exists(keys.session(sid)):
             raise SessionNotFound(f"unknown session {sid!r}")
 
-    def end(self, sid: str, record_key: str | None = None, record: bytes | None = None) -> None:
-        pipe = self._r.pipeline(transaction=False)
+    def end_commands(self, sid: str, record_key: str | None = None, record: bytes | None = None) -> list[tuple]:
+        cmds: list[tuple] = []
         if record_key and record is not None:
-            pipe.rpush(record_key, record)
-            pipe.expire(record_key, self.records_ttl)  # a session that never finishes cannot leak
-        pipe.decr(keys.session_inflight(sid))
-        pipe.execute()
+            cmds.append(("RPUSH", record_key, record))
+            cmds.append(("EXPIRE", record_key, self.records_ttl))  # a session that never ends cannot leak
+        cmds.append(("DECR", keys.session_inflight(sid)))
+        return cmds

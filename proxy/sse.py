@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Iterator
+
+import orjson
 
 
 def data_event(payload: Any) -> bytes:
@@ -26,4 +27,4 @@ def data_stream(chunks: Iterable[Any], *, done: bool) -> Iterator[bytes]:
 
 
 def _dumps(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(payload)

@@ -54,6 +54,9 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
 @click.option("--workers", type=int, default=None, help="gunicorn worker processes (gevent).")
 def proxy(host: str, port: int | None, workers: int | None) -> None:
     """Run the model-API proxy (gunicorn + gevent)."""
+    from gevent import monkey
+
+    monkey.patch_all()  # before redis/ssl are imported anywhere in this process
     from infra.serve import run
 
     settings = Settings.from_env()
@@ -148,22 +151,25 @@ _register_subcommands()
 
 def main() -> None:
     """Entry point: client errors become one readable line instead of a traceback."""
-    import httpx
-
-    from pipeline.client import RolloutError
-
     try:
         cli(standalone_mode=True)
-    except RolloutError as exc:
-        fields = (exc.body.get("error") or {}).get("fields") if isinstance(exc.body, dict) else None
-        click.echo(f"error: {exc}", err=True)
-        for f in fields or []:
-            click.echo(f"  {f['field']}: {f['message']}", err=True)
-        sys.exit(2)
-    except httpx.ConnectError as exc:
-        click.echo(f"error: cannot reach the rollout API ({exc}); is `polar up` running, "
-                   "or POLAR_API_URL set?", err=True)
-        sys.exit(2)
+    except Exception as exc:
+        # Imported only now: `polar proxy` must patch with gevent before redis/ssl load.
+        import httpx
+
+        from pipeline.client import RolloutError
+
+        if isinstance(exc, RolloutError):
+            fields = (exc.body.get("error") or {}).get("fields") if isinstance(exc.body, dict) else None
+            click.echo(f"error: {exc}", err=True)
+            for f in fields or []:
+                click.echo(f"  {f['field']}: {f['message']}", err=True)
+            sys.exit(2)
+        if isinstance(exc, httpx.ConnectError):
+            click.echo(f"error: cannot reach the rollout API ({exc}); is `polar up` running, "
+                       "or POLAR_API_URL set?", err=True)
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

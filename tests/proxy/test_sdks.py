@@ -46,7 +46,9 @@ def check_capture(rec, hf):
         lp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
     start = len(rec["prompt_ids"])
     want = [lp[start - 1 + i, t].item() for i, t in enumerate(rec["response_ids"])]
-    assert max(abs(a - b) for a, b in zip(rec["response_logprobs"], want)) <= 1e-4
+    diffs = [abs(a - b) for a, b in zip(rec["response_logprobs"], want)]
+    assert max(diffs) <= 1e-4, (f"seq {rec['seq']}: max |dlogprob| {max(diffs):.2e} at {diffs.index(max(diffs))} "
+                                f"of {len(diffs)}; finish {rec['finish_reason']}; {rec['response_message']}")
     assert rec["response_ids"][-1] == tok.convert_tokens_to_ids("<|im_end|>")
 
 

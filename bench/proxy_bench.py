@@ -1,0 +1,141 @@
+"""Proxy throughput, added latency and CPU per request, against a bare pass-through floor.
+
+    .venv/bin/python bench/proxy_bench.py [--seconds 4] [--workers 2]
+
+Starts embedded Redis, the instant fake upstream, the proxy and the pass-through (all under
+gunicorn + gevent, as in production) and drives them with bench/loadgen.py. Numbers are only
+comparable within one run; the ratios are what the benchmark reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import loadgen  # noqa: E402
+from bench.record_bench import record_costs  # noqa: E402
+from infra.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+from tests.support import running_session  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+BODY = {"model": "fake", "max_tokens": 16, "messages": [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "List the files in the current directory and summarise them."}]}
+
+
+def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_http(url: str) -> None:
+    for _ in range(300):
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by a process and all its descendants."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def measure(url: str, body: bytes, concurrency: int, seconds: float, pid: int | None) -> dict:
+    loadgen.run(url, body, concurrency, seconds=min(1.0, seconds))  # warm up
+    cpu0 = tree_cpu(pid) if pid else 0.0
+    res = loadgen.run(url, body, concurrency, seconds=seconds)
+    cpu = (tree_cpu(pid) - cpu0) if pid else 0.0
+    n = max(1, len(res.latencies))
+    return {"rps": res.rps, "p50_ms": res.pct(0.5) * 1000, "p99_ms": res.pct(0.99) * 1000,
+            "cpu_ms": cpu * 1000 / n, "errors": res.errors, "n": len(res.latencies)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    procs: list[subprocess.Popen] = []
+    with EmbeddedRedis() as redis_server:
+        home = tempfile.mkdtemp(prefix="polar-bench-")
+        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough")}
+        upstream = f"http://127.0.0.1:{ports['upstream']}"
+        env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url, "POLAR_UPSTREAM_URL": upstream}
+        try:
+            procs.append(spawn(["-m", "pipeline.cli.main", "model", "fake", "--port", str(ports["upstream"]),
+                                "--workers", "1"], env))
+            proxy = spawn(["-m", "pipeline.cli.main", "proxy", "--port", str(ports["proxy"]),
+                           "--workers", str(args.workers)], env)
+            passthrough = spawn(["-c", "import sys; from infra.serve import run; "
+                                 f"run('bench.passthrough:app', '127.0.0.1:{ports['passthrough']}', 'proxy', "
+                                 f"workers={args.workers})"], env)
+            procs += [proxy, passthrough]
+            for name in ports:
+                wait_http(f"http://127.0.0.1:{ports[name]}/health" if name != "passthrough"
+                          else f"http://127.0.0.1:{ports[name]}/")
+            sid = running_session(redis_server.url)
+            rows = []
+            for stream in (False, True):
+                body = json.dumps({**BODY, "stream": stream}).encode()
+                for c in (1, 64, 256):
+                    direct = measure(f"{upstream}/v1/chat/completions", json.dumps(BODY).encode(), c, args.seconds, None)
+                    prox = measure(f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, c,
+                                   args.seconds, proxy.pid)
+                    floor = measure(f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions",
+                                    json.dumps(BODY).encode(), c, args.seconds, passthrough.pid)
+                    rows.append((stream, c, direct, prox, floor))
+            report(rows, args)
+        finally:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, signal.SIGINT)
+                    p.wait(timeout=15)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    os.killpg(p.pid, signal.SIGKILL)
+        record_costs(redis_server.url)
+
+
+def report(rows: list, args: argparse.Namespace) -> None:
+    print(f"\nproxy vs bare pass-through, {args.workers} gunicorn+gevent workers each, {args.seconds:.0f}s per point")
+    print(f"{'stream':>6} {'conc':>5} | {'proxy rps':>9} {'floor rps':>9} {'ratio':>6} | {'added p50':>9} "
+          f"{'added p99':>9} | {'floor +p50':>10} | {'cpu ms/req':>10} {'floor cpu':>9} | errors")
+    by = {}
+    for stream, c, direct, prox, floor in rows:
+        by[(stream, c)] = prox
+        print(f"{str(stream):>6} {c:>5} | {prox['rps']:>9.0f} {floor['rps']:>9.0f} {prox['rps'] / floor['rps']:>6.2f} | "
+              f"{prox['p50_ms'] - direct['p50_ms']:>8.2f}ms {prox['p99_ms'] - direct['p99_ms']:>8.2f}ms | "
+              f"{floor['p50_ms'] - direct['p50_ms']:>9.2f}ms | {prox['cpu_ms']:>10.2f} {floor['cpu_ms']:>9.2f} | "
+              f"{prox['errors']}/{floor['errors']}")
+    for stream in (False, True):
+        r64, r256 = by[(stream, 64)]["rps"], by[(stream, 256)]["rps"]
+        print(f"stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
+
+
+if __name__ == "__main__":
+    main()
