@@ -25,6 +25,10 @@ class NoScript(RedisReplyError):
     pass
 
 
+class _Stale(Exception):
+    """The connection was closed before any reply: the commands were not processed."""
+
+
 class HotRedis:
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         self.url = url
@@ -40,12 +44,21 @@ class HotRedis:
 
     def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Send all commands at once, read all replies; raise the first error reply after."""
-        conn = self._idle.pop() if self._idle else self._connect()
-        try:
-            replies = self._roundtrip(conn, commands)
-        except BaseException:
-            conn[0].close()  # state unknown (partial reply, timeout): never reuse it
-            raise
+        while True:
+            pooled = bool(self._idle)
+            conn = self._idle.pop() if pooled else self._connect()
+            try:
+                replies = self._roundtrip(conn, commands)
+                break
+            except _Stale:
+                conn[0].close()
+                if not pooled:
+                    raise ConnectionError("Redis closed a new connection") from None
+                # A pooled connection the server had already closed (e.g. a Redis restart):
+                # nothing was processed (not one reply came back), so a fresh one may retry.
+            except BaseException:
+                conn[0].close()  # state unknown (partial reply, timeout): never reuse it
+                raise
         self._idle.append(conn)
         for reply in replies:
             if isinstance(reply, hiredis.ReplyError):
@@ -56,17 +69,22 @@ class HotRedis:
     @staticmethod
     def _roundtrip(conn: tuple[socket.socket, hiredis.Reader], commands: Sequence[Command]) -> list[Any]:
         sock, reader = conn
-        sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
         replies: list[Any] = []
-        while len(replies) < len(commands):
-            reply = reader.gets()
-            if reply is False:
-                data = sock.recv(65536)
-                if not data:
-                    raise ConnectionError("Redis closed the connection")
-                reader.feed(data)
-                continue
-            replies.append(reply)
+        try:
+            sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+            while len(replies) < len(commands):
+                reply = reader.gets()
+                if reply is False:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("Redis closed the connection")
+                    reader.feed(data)
+                    continue
+                replies.append(reply)
+        except (ConnectionError, BrokenPipeError) as exc:
+            if not replies and reader.gets() is False:
+                raise _Stale() from exc
+            raise
         return replies
 
     def _connect(self) -> tuple[socket.socket, hiredis.Reader]:
