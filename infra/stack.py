@@ -39,6 +39,7 @@ class StackConfig:
     # "external": settings.upstream_url is served by someone else (vLLM, SGLang).
     upstream: str = "reference"
     dialect: str = "vllm"  # what the reference server speaks ("vllm" or "sglang")
+    chat_template: Path | None = None  # the reference server renders with this template
     model_dir: Path | None = None
     policies: dict[str, str] = field(default_factory=dict)  # scripted-policy name -> file
     served_model_name: str = "tiny"
@@ -88,6 +89,8 @@ class Stack:
                         "--dialect", self.config.dialect]
                 if self.config.model_dir:
                     args += ["--model-dir", str(self.config.model_dir)]
+                if self.config.chat_template:
+                    args += ["--chat-template", str(self.config.chat_template)]
                 for name, path in self.config.policies.items():
                     args += ["--policy", f"{name}={path}"]
                 self._spawn("model", args)

@@ -41,6 +41,9 @@ class Settings:
     # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
     stream_keepalive_seconds: float = 5.0
     admin_token: str | None = None  # required as x-polar-admin-token on /admin/* when set
+    # Per-request harness noise removed before the engine sees a prompt (see proxy/noise.py).
+    noise_rules: str = "anthropic_billing_header"
+    noise_patterns: str | None = None
 
     # Pipeline behaviour.
     ready_capacity: int = 8

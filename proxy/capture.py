@@ -16,7 +16,8 @@ _BULKY_CHOICE = ("token_ids", "logprobs", "prompt_token_ids", "response_token_id
 def build_record(*, session_id: str, seq: int, provider: str, stream: bool, captured: Captured,
                  original: dict[str, Any], normalized: dict[str, Any], upstream: dict[str, Any],
                  response_message: dict[str, Any], started_at: float, finished_at: float,
-                 latency_ms: float, upstream_url: str, policy_version: str | None) -> bytes:
+                 latency_ms: float, upstream_url: str, policy_version: str | None,
+                 normalizations: list[str] | None = None) -> bytes:
     slim = {k: v for k, v in upstream.items() if k not in _BULKY}
     slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
                        for c in upstream.get("choices") or []]
@@ -44,6 +45,7 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, capt
         "original_request": original,
         "normalized_request": normalized,
         "upstream_response": slim,
+        "normalizations": normalizations or [],
     })
 
 

@@ -12,7 +12,7 @@ import redis
 
 from pipeline import keys
 from pipeline.settings import Settings
-from proxy import upstream
+from proxy import noise, upstream
 from proxy.capture import build_error_record, build_record
 from proxy.control import Control
 from proxy.errors import BadRequest, ProxyError, UpstreamError
@@ -45,6 +45,7 @@ class Gateway:
         self.control = Control(r, settings.policy_version)
         self.responses = ResponseStore(r, settings.result_ttl_seconds)
         self.hot = HotRedis(settings.require_redis())  # the two round trips of every call
+        self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
 
     # --- admission and release -----------------------------------------------------------------
 
@@ -105,7 +106,8 @@ class Gateway:
         gone), so POSTRUN's in-flight wait and the pause drain are exact."""
         sid, parsed = call.session_id, call.parsed
         try:
-            chat = dict(parsed.chat)
+            chat, normalizations = noise.scrub(parsed.chat, self.noise)
+            chat = dict(chat)
             if self.settings.upstream_model:
                 chat["model"] = self.settings.upstream_model
             t0 = time.perf_counter()
@@ -124,7 +126,8 @@ class Gateway:
                 session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream,
                 captured=captured, original=call.original, normalized=chat, upstream=raw,
                 response_message=assistant_message(turn), started_at=call.started, finished_at=time.time(),
-                latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version)
+                latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
+                normalizations=normalizations)
         except ProxyError as err:
             self.fail(sid, call.provider.name, err, call.original, call.started)
             raise

@@ -50,11 +50,17 @@ class Generation:
 
 
 class ModelEngine:
-    def __init__(self, tokenizer, model, *, max_model_len: int, model_dir: str | Path | None = None):
+    def __init__(self, tokenizer, model, *, max_model_len: int, model_dir: str | Path | None = None,
+                 chat_template: str | None = None):
         self.tokenizer = tokenizer
         self.model = model
         self.model_dir = str(model_dir) if model_dir is not None else None
         self.max_model_len = int(max_model_len)
+        if chat_template is not None and (not isinstance(chat_template, str) or not chat_template.strip()):
+            raise ValueError("chat_template must be the template text (a non-empty string) or None")
+        # Like vLLM's --chat-template: when set, every rendering uses this template text instead
+        # of the tokenizer's built-in one; None keeps the built-in template.
+        self.chat_template = chat_template
         # One forward pass at a time: the WSGI server is threaded and torch already uses
         # intra-op threads; interleaving steps of several requests is fine, overlapping is not.
         self._lock = threading.Lock()
@@ -70,7 +76,9 @@ class ModelEngine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @classmethod
-    def load(cls, model_dir: str | Path, *, max_model_len: int = 32768, num_threads: int = 2) -> "ModelEngine":
+    def load(cls, model_dir: str | Path, *, max_model_len: int = 32768, num_threads: int = 2,
+             chat_template: str | None = None) -> "ModelEngine":
+        """Load tokenizer and model from a local folder; chat_template (template text) overrides the built-in."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if num_threads:
@@ -79,7 +87,7 @@ class ModelEngine:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
         model.eval()
         limit = min(int(max_model_len), int(getattr(model.config, "max_position_embeddings", max_model_len)))
-        return cls(tok, model, max_model_len=limit, model_dir=model_dir)
+        return cls(tok, model, max_model_len=limit, model_dir=model_dir, chat_template=chat_template)
 
     # ---------------------------------------------------------------- text <-> ids
 
@@ -89,6 +97,8 @@ class ModelEngine:
         bad = sorted(_RESERVED_TEMPLATE_KWARGS.intersection(extra))
         if bad:
             raise ChatTemplateError(f"chat_template_kwargs may not set {', '.join(bad)}")
+        if self.chat_template is not None:
+            extra["chat_template"] = self.chat_template
         try:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=tools, add_generation_prompt=add_generation_prompt,

@@ -106,7 +106,7 @@ class ScriptedPolicy:
         ]
         if not self.turns:
             raise ScriptError("script has no turns")
-        self._ids_cache: dict[tuple[int, int], list[int]] = {}
+        self._ids_cache: dict[tuple[int, str | None, int], list[int]] = {}
         self._cache_lock = threading.Lock()
 
     @classmethod
@@ -146,7 +146,8 @@ class ScriptedPolicy:
 
     def response_ids(self, engine: ModelEngine, turn: int) -> list[int]:
         """Token ids the model would emit for this turn, ending with <|im_end|>."""
-        key = (id(engine), turn)
+        # The ids depend on the engine's chat template (a per-server override changes them).
+        key = (id(engine), getattr(engine, "chat_template", None), turn)
         with self._cache_lock:
             cached = self._ids_cache.get(key)
         if cached is not None:

@@ -38,8 +38,10 @@ def build(out: Path | None, seed: int, force: bool) -> None:
 @click.option("--max-model-len", type=int, default=32768)
 @click.option("--dialect", type=click.Choice(["vllm", "sglang"]), default="vllm",
               help="Which engine's token-id fields to speak.")
+@click.option("--chat-template", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Render prompts with this Jinja template instead of the model's (like vLLM's flag).")
 def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
-          policies: tuple[str, ...], max_model_len: int, dialect: str) -> None:
+          policies: tuple[str, ...], max_model_len: int, dialect: str, chat_template: Path | None) -> None:
     """Serve a model with vLLM's OpenAI-compatible token-id API."""
     from infra.refserver import build_tiny_model
     from infra.serve import run
@@ -56,7 +58,8 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
     os.environ.update({"POLAR_REFSERVER_MODEL_DIR": str(model_dir), "POLAR_REFSERVER_NAME": served_name,
                        "POLAR_REFSERVER_POLICIES": json.dumps(parsed),
                        "POLAR_REFSERVER_MAX_MODEL_LEN": str(max_model_len), "HF_HUB_OFFLINE": "1",
-                       "POLAR_REFSERVER_DIALECT": dialect})
+                       "POLAR_REFSERVER_DIALECT": dialect,
+                       "POLAR_REFSERVER_CHAT_TEMPLATE": str(chat_template.resolve()) if chat_template else ""})
     port = port or int(settings.upstream_url.rsplit(":", 1)[1].split("/")[0])
     run("infra.refserver.wsgi:app", f"{host}:{port}", "model")
 

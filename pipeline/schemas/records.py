@@ -39,6 +39,7 @@ class CompletionRecord(BaseModel):
     original_request: dict[str, Any] = Field(default_factory=dict)
     normalized_request: dict[str, Any] = Field(default_factory=dict)
     upstream_response: dict[str, Any] = Field(default_factory=dict)
+    normalizations: list[str] = Field(default_factory=list)  # noise rules applied (proxy/noise.py)
 
     @model_validator(mode="after")
     def _aligned(self) -> "CompletionRecord":

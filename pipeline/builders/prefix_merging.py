@@ -1,0 +1,222 @@
+"""``prefix_merging``: completions of one conversation become one trace (the paper's §3.4.2).
+
+Completions, in time order, form chains: a completion joins the chain whose last prompt (its
+*tip*) is a token prefix of its own prompt, the longest such tip winning; with none it starts a
+new chain, so sub-agents, compaction, parallel branches and rewritten prompts become separate
+chains. Per chain the trace is ``P1`` as prompt and ``R'1 ‖ T1 ‖ R'2 ‖ … ‖ R'k`` as response:
+``R'i`` are the ids the policy *sampled* (mask 1, their logprobs), ``Ti`` the canonical
+interstitial taken from the next prompt after the end-of-turn token (mask 0, a synthetic
+logprob). A turn cut by ``length`` has no end-of-turn token, so its ``Ti`` starts with the one
+the template inserted, closing the turn.
+
+Context drift: the trainer scores turn k after ``P1 ‖ R'1 ‖ T1 ‖ …`` but the policy sampled it
+after ``Pk``. They differ exactly when the next prompt re-renders an earlier sampled turn
+differently (re-tokenisation at a boundary, reasoning stripped from history). Each turn records
+whether its training context equals the prompt it was sampled from; ``strict=True`` starts a
+new chain instead of merging a turn whose context would drift.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.builders.base import BuildContext, BuildError
+from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
+
+EOS_FINISHES = ("stop", "tool_calls")
+
+
+def _key(ids: list[int]) -> bytes:
+    """Ids as machine words, so prefix tests are one memcmp instead of a Python loop."""
+    return array("q", ids).tobytes()
+
+
+@dataclass
+class _Chain:
+    records: list[CompletionRecord]
+    tip: bytes
+    response: list[int]
+    mask: list[float]
+    logprobs: list[float]
+    tokens: list[str | None]
+    turns: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    exact: bool = True  # every earlier sampled turn re-rendered to exactly its ids so far
+
+    @classmethod
+    def start(cls, c: CompletionRecord, key: bytes) -> "_Chain":
+        chain = cls([c], key, [], [], [], [], [], [])
+        chain.add_turn(c, interstitial=[], matches=True, synthetic=0.0)
+        return chain
+
+    def add_turn(self, c: CompletionRecord, interstitial: list[int], matches: bool, synthetic: float) -> None:
+        self.exact = self.exact and matches
+        self.response += interstitial
+        self.mask += [0.0] * len(interstitial)
+        self.logprobs += [synthetic] * len(interstitial)
+        self.tokens += [None] * len(interstitial)
+        self.turns.append({"completion_id": c.completion_id, "response_start": len(self.response),
+                           "response_len": len(c.response_ids), "interstitial_len": len(interstitial),
+                           "finish_reason": c.finish_reason, "context_matches": self.exact})
+        self.response += c.response_ids
+        self.mask += [1.0] * len(c.response_ids)
+        self.logprobs += c.response_logprobs
+        self.tokens += c.response_tokens or [None] * len(c.response_ids)
+
+
+@dataclass
+class _Stats:
+    completions_total: int = 0
+    chains_total: int = 0
+    completions_merged: int = 0
+    truncated_turns: int = 0  # merged turns that were cut by max tokens
+    drifted_turns: int = 0  # merged turns whose training context differs from their prompt
+    strict_splits: int = 0  # chains started instead of merging a drifting turn
+    no_eot_breaks: int = 0  # a matching tip whose next prompt has no end-of-turn token
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PrefixMergingBuilder:
+    name = "prefix_merging"
+
+    def __init__(self, end_of_turn_token_id: int | None = None, tokenizer: str | None = None,
+                 strict: bool = False, synthetic_logprob: float = 0.0) -> None:
+        if end_of_turn_token_id is not None and not isinstance(end_of_turn_token_id, int):
+            raise TypeError("end_of_turn_token_id must be an integer token id")
+        self.eot = end_of_turn_token_id if end_of_turn_token_id is not None else _eot_from(tokenizer)
+        self.strict = bool(strict)
+        self.synthetic = float(synthetic_logprob)
+
+    def build(self, completions: list[CompletionRecord], ctx: BuildContext) -> Trajectory:
+        ordered = sorted(completions, key=lambda c: (c.started_at, c.seq))
+        eot = self.eot if self.eot is not None else detect_eot(ordered)
+        stats = _Stats(completions_total=len(ordered))
+        chains: list[_Chain] = []
+        for c in ordered:
+            key = _key(c.prompt_ids)
+            chain = None if eot is None else _best_chain(chains, c, key, eot)
+            if chain is None or not self._extend(chain, c, key, eot, stats):
+                chains.append(_Chain.start(c, key))
+        stats.chains_total = len(chains)
+        stats.completions_merged = stats.completions_total - stats.chains_total
+        traces = [self._trace(i, ch, ctx) for i, ch in enumerate(chains)]
+        metadata = {"builder": self.name, "end_of_turn_token_id": eot, "strict": self.strict,
+                    "reconstruction": {k: v for k, v in vars(stats).items() if k != "extra"}}
+        return Trajectory(traces=traces, metadata=metadata)
+
+    def _extend(self, chain: _Chain, c: CompletionRecord, key: bytes, eot: int, stats: _Stats) -> bool:
+        last = chain.records[-1]
+        tail = c.prompt_ids[len(last.prompt_ids):]
+        try:
+            end = tail.index(eot)
+        except ValueError:
+            stats.no_eot_breaks += 1
+            return False
+        closed = bool(last.response_ids) and last.response_ids[-1] == eot
+        # What the next prompt shows for the sampled turn, and what comes after it.
+        rerendered = tail[: end + 1] if closed else tail[:end]
+        interstitial = tail[end + 1:] if closed else tail[end:]
+        matches = rerendered == last.response_ids
+        if not matches and self.strict:
+            stats.strict_splits += 1
+            return False
+        chain.add_turn(c, interstitial, matches, self.synthetic)
+        stats.truncated_turns += 0 if closed else 1
+        stats.drifted_turns += 0 if chain.exact else 1
+        chain.records.append(c)
+        chain.tip = key
+        return True
+
+    def _trace(self, index: int, chain: _Chain, ctx: BuildContext) -> Trace:
+        first, last = chain.records[0], chain.records[-1]
+        first_messages = list(first.normalized_request.get("messages") or [])
+        return Trace.model_construct(  # lengths and ids are aligned by construction (tests check)
+            prompt_ids=list(first.prompt_ids),
+            response_ids=chain.response,
+            loss_mask=chain.mask,
+            response_logprobs=[TokenLogprob.model_construct(token_id=t, logprob=lp, token=s)
+                               for t, lp, s in zip(chain.response, chain.logprobs, chain.tokens)],
+            prompt_messages=first_messages,
+            response_messages=_response_messages(chain.records),
+            tools=first.normalized_request.get("tools") or None,
+            finish_reason=last.finish_reason,
+            reward=None,
+            metadata=ctx.trace_metadata(
+                self.name, chain_index=index, completion_ids=[r.completion_id for r in chain.records],
+                turns=chain.turns, context_exact=chain.exact,
+                policy_version=last.policy_version or ctx.metadata.get("policy_version")),
+        )
+
+
+def _best_chain(chains: list[_Chain], c: CompletionRecord, key: bytes, eot: int) -> _Chain | None:
+    """The chain ``c`` continues: its tip must be a strict token prefix of ``c``'s prompt. Among
+    those (branches sampled from one prompt share a tip), prefer the chain whose last sampled
+    turn reappears token for token in ``c``'s prompt, then the one whose last turn ``c``'s
+    messages echo (the message-level key: it survives a re-rendering that drifts), then the
+    longest tip, then the most recent."""
+    best, best_rank = None, None
+    messages = c.normalized_request.get("messages") or []
+    for order, chain in enumerate(chains):
+        if len(chain.tip) >= len(key) or not key.startswith(chain.tip):
+            continue
+        prev = chain.records[-1]
+        last = prev.response_ids
+        tokens_echoed = c.prompt_ids[len(prev.prompt_ids):][: len(last)] == last
+        before = prev.normalized_request.get("messages") or []
+        message_echoed = len(messages) > len(before) and _same_turn(messages[len(before)], prev.response_message)
+        rank = (tokens_echoed, message_echoed, len(chain.tip), order)
+        if best_rank is None or rank > best_rank:
+            best, best_rank = chain, rank
+    return best
+
+
+def _same_turn(a: Any, b: Any) -> bool:
+    """Whether two assistant messages are the same turn (text and tool calls; ids and extra
+    fields a harness adds when echoing are ignored)."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or a.get("role") != "assistant":
+        return False
+
+    def calls(m: dict[str, Any]) -> list[tuple[Any, Any]]:
+        return [((t.get("function") or {}).get("name"), (t.get("function") or {}).get("arguments"))
+                for t in m.get("tool_calls") or [] if isinstance(t, dict)]
+
+    return str(a.get("content") or "").strip() == str(b.get("content") or "").strip() and calls(a) == calls(b)
+
+
+def _response_messages(records: list[CompletionRecord]) -> list[dict[str, Any]]:
+    """Messages after the first prompt, with each assistant turn as *sampled* (the ids hold the
+    sampled turn, not the harness's echo of it)."""
+    out: list[dict[str, Any]] = []
+    for prev, nxt in zip(records, records[1:]):
+        out.append(prev.response_message)
+        before = prev.normalized_request.get("messages") or []
+        after = nxt.normalized_request.get("messages") or []
+        echoed = after[: len(before)] == before and len(after) > len(before)
+        out += after[len(before) + 1:] if echoed else after[len(before):]
+    out.append(records[-1].response_message)
+    return out
+
+
+def detect_eot(records: list[CompletionRecord]) -> int | None:
+    """The end-of-turn id: the last sampled token of turns that ended naturally (not on a
+    stop string), by majority."""
+    ends = Counter(c.response_ids[-1] for c in records
+                   if c.response_ids and c.finish_reason in EOS_FINISHES and not isinstance(c.stop_reason, str))
+    return ends.most_common(1)[0][0] if ends else None
+
+
+def _eot_from(tokenizer: str | None) -> int | None:
+    if tokenizer is None:
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
+    except Exception as exc:  # an unusable path is a config error of the task
+        raise BuildError(f"cannot load tokenizer {tokenizer!r}: {exc}") from exc
+    if tok.eos_token_id is None:
+        raise BuildError(f"tokenizer {tokenizer!r} has no eos token; set end_of_turn_token_id")
+    return int(tok.eos_token_id)

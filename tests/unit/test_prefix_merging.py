@@ -1,0 +1,184 @@
+"""prefix_merging on generated sessions: every trainable token is a sampled token with its
+logprob, every interstitial token is masked, chains are the true conversations, and drift is
+reported exactly where the training context differs from the sampled one."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline import builders
+from pipeline.builders import BuildContext
+from pipeline.schemas import CompletionRecord, Trace
+
+IM_START, EOT, NL, SYS, USER, ASSIST, TOOL = 1, 2, 3, 4, 5, 6, 7
+GEN = [IM_START, ASSIST, NL]
+
+
+def turn_ids(role: int, content: list[int]) -> list[int]:
+    return [IM_START, role, NL, *content, EOT, NL]
+
+
+class Conversation:
+    """A ChatML-like conversation over integer tokens, rendered the way a chat template does."""
+
+    _ids = itertools.count()
+
+    def __init__(self, rng: random.Random, system: list[int] | None = None, history: list[list[int]] | None = None,
+                 messages: list[dict] | None = None):
+        self.rng = rng
+        self.history = history if history is not None else [turn_ids(SYS, system or [100]), turn_ids(USER, self._text())]
+        self.messages = messages if messages is not None else [{"role": "user", "content": str(self.history)}]
+        self.cid = next(self._ids)
+
+    def _text(self, n: int | None = None) -> list[int]:
+        return [self.rng.randrange(200, 999) for _ in range(n or self.rng.randint(1, 6))]
+
+    def prompt(self) -> list[int]:
+        return [t for seg in self.history for t in seg] + GEN
+
+    def sample(self, truncated: bool, drift: bool, seq: int, clock: float) -> CompletionRecord:
+        prompt = self.prompt()
+        body = self._text()
+        sampled = body if truncated else body + [EOT]
+        # The next prompt re-renders the turn: faithfully, or (drift) with its first token lost,
+        # as a template that strips reasoning from history would.
+        shown = body[1:] if drift and len(body) > 1 else body
+        self.history.append([IM_START, ASSIST, NL, *shown, EOT, NL])
+        self.history.append(turn_ids(TOOL, self._text()))
+        messages = list(self.messages)
+        answer = {"role": "assistant", "content": f"turn {seq}"}
+        self.messages += [dict(answer), {"role": "tool", "content": str(self.history[-1])}]
+        return CompletionRecord(
+            completion_id=f"c{seq}", session_id="s", seq=seq, provider="openai_chat", started_at=clock,
+            finished_at=clock, upstream_latency_ms=1.0, prompt_ids=prompt, response_ids=sampled,
+            response_logprobs=[-self.rng.random() for _ in sampled], response_tokens=[str(t) for t in sampled],
+            finish_reason="length" if truncated else "tool_calls",
+            response_message=answer, normalized_request={"messages": messages})
+
+
+@st.composite
+def sessions(draw):
+    """Interleaved conversations: main agents, sub-agents (own system prompt), branches sampled
+    from the same prompt as another conversation, compactions (a rewritten history)."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    convs: list[tuple[Conversation, list[tuple[bool, bool]]]] = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["main", "subagent", "branch", "compaction"]))
+        if kind == "branch" and convs:
+            src = convs[draw(st.integers(0, len(convs) - 1))][0]
+            conv = Conversation(rng, history=[list(s) for s in src.history], messages=list(src.messages))
+        elif kind == "compaction":
+            conv = Conversation(rng, system=[100], history=[turn_ids(SYS, [100]), turn_ids(USER, [150, 151])])
+        else:
+            conv = Conversation(rng, system=[100 + len(convs)])
+        turns = draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=5))
+        convs.append((conv, [(trunc and rng.random() < 0.3, drift and rng.random() < 0.2) for trunc, drift in turns]))
+    order = [i for i, (_, turns) in enumerate(convs) for _ in turns]
+    rng.shuffle(order)
+    cursor = [0] * len(convs)
+    records, seq = [], 0
+    for i in order:
+        conv, turns = convs[i]
+        trunc, drift = turns[cursor[i]]
+        cursor[i] += 1
+        records.append((conv.cid, conv.sample(trunc, drift, seq, float(seq))))
+        seq += 1
+    return records, len(convs)
+
+
+def build(records, **config):
+    return builders.create("prefix_merging", config).build(records, BuildContext("s", "t", "shell", {}))
+
+
+def check_invariants(traj, records):
+    by_id = {r.completion_id: r for r in records}
+    seen = []
+    for trace in traj.traces:
+        Trace.model_validate(trace.model_dump())  # lengths and id alignment hold
+        covered = [False] * len(trace.response_ids)
+        for turn in trace.metadata["turns"]:
+            rec = by_id[turn["completion_id"]]
+            a, n = turn["response_start"], turn["response_len"]
+            assert trace.response_ids[a:a + n] == rec.response_ids  # trainable = sampled
+            assert [lp.logprob for lp in trace.response_logprobs[a:a + n]] == rec.response_logprobs
+            assert trace.loss_mask[a:a + n] == [1.0] * n
+            context = trace.prompt_ids + trace.response_ids[:a]
+            assert (context == rec.prompt_ids) == turn["context_matches"]  # drift flagged exactly
+            covered[a:a + n] = [True] * n
+            seen.append(rec.completion_id)
+        assert all(m == 0.0 for m, c in zip(trace.loss_mask, covered) if not c)  # interstitials masked
+        assert all(lp.logprob == 0.0 for lp, c in zip(trace.response_logprobs, covered) if not c)
+    assert sorted(seen) == sorted(by_id)  # every completion in exactly one trace
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions())
+def test_invariants_and_chains(session):
+    tagged, conversations = session
+    records = [r for _, r in tagged]
+    traj = build(records, end_of_turn_token_id=EOT)
+    check_invariants(traj, records)
+    assert len(traj.traces) == conversations
+    for trace in traj.traces:  # a chain never mixes conversations
+        cids = {cid for cid, r in tagged if r.completion_id in trace.metadata["completion_ids"]}
+        assert len(cids) == 1
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions())
+def test_strict_mode_never_trains_in_a_drifted_context(session):
+    tagged, conversations = session
+    records = [r for _, r in tagged]
+    traj = build(records, end_of_turn_token_id=EOT, strict=True)
+    check_invariants(traj, records)
+    assert all(t["context_matches"] for tr in traj.traces for t in tr.metadata["turns"])
+    stats = traj.metadata["reconstruction"]
+    assert len(traj.traces) == conversations + stats["strict_splits"]
+
+
+def test_end_of_turn_token_is_detected_and_truncation_closes_the_turn():
+    rng = random.Random(1)
+    conv = Conversation(rng)
+    recs = [conv.sample(truncated=t, drift=False, seq=i, clock=float(i)) for i, t in enumerate([False, True, False])]
+    traj = build(recs)  # no end_of_turn_token_id: detected from naturally ended turns
+    assert traj.metadata["end_of_turn_token_id"] == EOT
+    [trace] = traj.traces
+    second = trace.metadata["turns"][2]
+    closing = trace.response_ids[second["response_start"] - second["interstitial_len"]]
+    assert closing == EOT and trace.loss_mask[second["response_start"] - second["interstitial_len"]] == 0.0
+    assert traj.metadata["reconstruction"]["truncated_turns"] == 1
+    assert trace.prompt_ids + trace.response_ids[:second["response_start"]] == recs[2].prompt_ids
+
+
+def test_unmergeable_sessions_fall_back_to_one_trace_per_completion():
+    rng = random.Random(2)
+    conv = Conversation(rng)
+    recs = [conv.sample(truncated=True, drift=False, seq=i, clock=float(i)) for i in range(3)]
+    traj = build(recs)  # every turn truncated: no end-of-turn token can be learnt from the data
+    assert traj.metadata["end_of_turn_token_id"] is None and len(traj.traces) == 3
+
+
+def test_response_messages_hold_the_sampled_turns():
+    rng = random.Random(3)
+    conv = Conversation(rng)
+    recs = [conv.sample(truncated=False, drift=False, seq=i, clock=float(i)) for i in range(3)]
+    for i, r in enumerate(recs):
+        r.response_message = {"role": "assistant", "content": f"sampled {i}", "reasoning_content": "why"}
+        r.normalized_request = {"messages": [{"role": "user", "content": "q"}] +
+                                [m for j in range(i) for m in ({"role": "assistant", "content": f"sampled {j}"},
+                                                                {"role": "tool", "content": f"out{j}"})]}
+    [trace] = build(recs, end_of_turn_token_id=EOT).traces
+    assert [m["content"] for m in trace.response_messages] == ["sampled 0", "out0", "sampled 1", "out1", "sampled 2"]
+    assert all(m.get("reasoning_content") == "why" for m in trace.response_messages if m["role"] == "assistant")
+
+
+def test_bad_config_is_a_build_error():
+    with pytest.raises(builders.BuildError):
+        builders.create("prefix_merging", {"end_of_turn_token_id": "<|im_end|>"})
+    with pytest.raises(builders.BuildError):
+        builders.create("prefix_merging", {"tokenizer": "/no/such/dir"})
