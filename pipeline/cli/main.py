@@ -141,7 +141,9 @@ def cancel(task_id: str) -> None:
 def _register_subcommands() -> None:
     from pipeline.cli.model import model
     from pipeline.cli.up import demo, up
+    from pipeline.cli.verify import verify
 
+    cli.add_command(verify)
     cli.add_command(up)
     cli.add_command(demo)
     cli.add_command(model)

@@ -41,3 +41,16 @@ def sglang_stack(tmp_path_factory, model_dir):
     """The proxy with its SGLang engine, in front of the reference server speaking SGLang."""
     with _ref_stack(tmp_path_factory, model_dir, "sglang") as stack:
         yield stack
+
+
+@pytest.fixture(scope="session")
+def strip_stack(tmp_path_factory, model_dir):
+    """The reference server rendering with a template that strips reasoning from history
+    (DeepSeek-R1 style): sampled turns are re-rendered differently, i.e. context drift."""
+    import infra.refserver
+
+    template = __import__("pathlib").Path(infra.refserver.__file__).parent / "templates" / "strip_history_reasoning.jinja"
+    settings = Settings(home=tmp_path_factory.mktemp("ref-strip"))
+    with Stack(StackConfig(settings=settings, upstream="reference", model_dir=model_dir, policies=POLICIES,
+                           components=("proxy",), chat_template=template)) as stack:
+        yield stack, template

@@ -1,0 +1,162 @@
+"""The verifier: re-score every trainable token with the model and check the training-data
+promise on real data instead of assuming it.
+
+For each trace, the whole sequence (prompt + response) goes to the engine's prompt-logprob API
+(vLLM ``/v1/completions`` with a token-id prompt and ``prompt_logprobs``; the reference server
+implements the same). Every trainable token's recorded logprob must equal the model's in the
+trace's own context, within ``tolerance``. Turns a merged trace marks as drifted (their
+training context differs from the prompt they were sampled from) are reported with their
+logprob error; they are violations only with ``fail_on_drift``. Given the session's completion
+records, the trainable ids are also checked against the ids each completion sampled.
+
+    report = Verifier("http://vllm:8000").verify(result.trajectory, records)
+    print(report.summary()); sys.exit(0 if report.ok else 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+import httpx
+
+from pipeline.schemas import CompletionRecord, Trace, Trajectory
+
+
+class VerifyError(Exception):
+    pass
+
+
+@dataclass
+class TurnReport:
+    completion_id: str | None
+    start: int
+    length: int
+    context_matches: bool
+    max_abs_diff: float
+    mismatched: int  # tokens beyond tolerance
+
+
+@dataclass
+class TraceReport:
+    index: int
+    trainable: int
+    masked: int
+    max_abs_diff: float  # over trainable tokens of turns whose context matches
+    violations: int
+    id_mismatches: int | None  # None without completion records
+    drifted_turns: list[TurnReport] = field(default_factory=list)
+    turns: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.violations == 0 and not self.id_mismatches
+
+
+@dataclass
+class Report:
+    traces: list[TraceReport]
+    tolerance: float
+    fail_on_drift: bool = False
+
+    @property
+    def ok(self) -> bool:
+        drift = any(t.drifted_turns for t in self.traces) if self.fail_on_drift else False
+        return all(t.ok for t in self.traces) and not drift
+
+    def summary(self) -> str:
+        lines = [f"{'trace':>5} {'turns':>5} {'trainable':>9} {'masked':>7} {'max|dlp|':>10} {'bad':>4} "
+                 f"{'ids!=':>5} {'drifted':>7}  status"]
+        for t in self.traces:
+            drift = f"{len(t.drifted_turns)}" + (f" (max {max(d.max_abs_diff for d in t.drifted_turns):.2e})"
+                                                  if t.drifted_turns else "")
+            status = t.error or ("ok" if t.ok else "VIOLATION")
+            lines.append(f"{t.index:>5} {t.turns:>5} {t.trainable:>9} {t.masked:>7} {t.max_abs_diff:>10.2e} "
+                         f"{t.violations:>4} {'-' if t.id_mismatches is None else t.id_mismatches:>5} {drift:>7}  {status}")
+        lines.append(f"{len(self.traces)} traces, tolerance {self.tolerance:g}: "
+                     f"{'OK' if self.ok else 'VIOLATIONS FOUND'}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "tolerance": self.tolerance, "traces": [asdict(t) for t in self.traces]}
+
+
+class Verifier:
+    def __init__(self, upstream_url: str, model: str | None = None, *, tolerance: float = 1e-4,
+                 fail_on_drift: bool = False, timeout: float = 600.0) -> None:
+        self.url = upstream_url.split(",")[0].rstrip("/")
+        self._http = httpx.Client(timeout=timeout)
+        self.model = model or self._first_model()
+        self.tolerance = tolerance
+        self.fail_on_drift = fail_on_drift
+
+    def _first_model(self) -> str:
+        try:
+            data = self._http.get(f"{self.url}/v1/models").json()
+            return data["data"][0]["id"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            raise VerifyError(f"cannot list models at {self.url}: {exc}") from exc
+
+    def token_logprobs(self, ids: list[int]) -> list[float | None]:
+        """logprob of ids[i] given ids[:i] (None for i=0), from the engine's prompt logprobs."""
+        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        resp = self._http.post(f"{self.url}/v1/completions", json=body)
+        if resp.status_code >= 400:
+            raise VerifyError(f"engine refused the scoring request ({resp.status_code}): {resp.text[:300]}")
+        choice = resp.json()["choices"][0]
+        entries = choice.get("prompt_logprobs") or resp.json().get("prompt_logprobs")
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise VerifyError("engine returned no prompt_logprobs aligned with the prompt")
+        out: list[float | None] = [None]
+        for tid, entry in zip(ids[1:], entries[1:]):
+            value = (entry or {}).get(str(tid))
+            out.append(None if value is None else float(value["logprob"]))
+        return out
+
+    def verify(self, trajectory: Trajectory, records: Iterable[CompletionRecord] | None = None) -> Report:
+        by_id = {r.completion_id: r for r in records} if records is not None else None
+        return Report([self.verify_trace(i, t, by_id) for i, t in enumerate(trajectory.traces)],
+                      self.tolerance, self.fail_on_drift)
+
+    def verify_trace(self, index: int, trace: Trace, records: dict[str, CompletionRecord] | None = None) -> TraceReport:
+        trainable = sum(1 for m in trace.loss_mask if m)
+        report = TraceReport(index, trainable, len(trace.loss_mask) - trainable, 0.0, 0,
+                             0 if records is not None else None)
+        try:
+            scores = self.token_logprobs(list(trace.prompt_ids) + list(trace.response_ids))
+        except (VerifyError, httpx.HTTPError) as exc:
+            report.error = f"not scored: {exc}"
+            return report
+        offset = len(trace.prompt_ids)
+        turns = _turns(trace)
+        report.turns = len(turns)
+        for turn in turns:
+            diffs = []
+            for j in range(turn.start, turn.start + turn.length):
+                if not trace.loss_mask[j]:
+                    continue
+                got = scores[offset + j]
+                diffs.append(float("inf") if got is None else abs(got - trace.response_logprobs[j].logprob))
+            turn.max_abs_diff = max(diffs, default=0.0)
+            turn.mismatched = sum(1 for d in diffs if d > self.tolerance)
+            if turn.context_matches:
+                report.max_abs_diff = max(report.max_abs_diff, turn.max_abs_diff)
+                report.violations += turn.mismatched
+            else:
+                report.drifted_turns.append(turn)
+            if records is not None and turn.completion_id is not None:
+                rec = records.get(turn.completion_id)
+                sampled = trace.response_ids[turn.start:turn.start + turn.length]
+                if rec is None or sampled != rec.response_ids:
+                    report.id_mismatches = (report.id_mismatches or 0) + max(1, len(sampled))
+        return report
+
+
+def _turns(trace: Trace) -> list[TurnReport]:
+    """The sampled spans of a trace: a merged trace lists them; otherwise the whole response."""
+    meta = trace.metadata.get("turns")
+    if meta:
+        return [TurnReport(t.get("completion_id"), int(t["response_start"]), int(t["response_len"]),
+                           bool(t.get("context_matches", True)), 0.0, 0) for t in meta]
+    return [TurnReport(trace.metadata.get("completion_id"), 0, len(trace.response_ids), True, 0.0, 0)]

@@ -1,0 +1,68 @@
+"""prefix_merging through the whole pipeline, checked by `polar verify` against the model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.status import SessionStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(client, task):
+    task_id = client.submit(task)
+    return task_id, client.wait(task_id, timeout=180, poll_seconds=0.3)
+
+
+def test_merged_sessions_verify_and_need_fewer_trainer_updates(client, demo_task, stack):
+    demo_task.update(num_samples=2)
+    demo_task["agent"]["env"]["POLAR_AGENT_STREAM"] = "0"
+    per_request = dict(demo_task, task_id=demo_task["task_id"] + "-pr")
+    _, pr_status = run(client, per_request)
+    demo_task["builder"] = {"strategy": "prefix_merging"}
+    task_id, status = run(client, demo_task)
+
+    assert {r.status for r in status.results} == {SessionStatus.COMPLETED}
+    for result in status.results:
+        [trace] = result.trajectory.traces  # three model calls, one conversation, one trace
+        turns = trace.metadata["turns"]
+        assert len(turns) == 3 and all(t["context_matches"] for t in turns) and trace.reward == 1.0
+        stats = result.trajectory.metadata["reconstruction"]
+        assert stats["completions_total"] == 3 and stats["chains_total"] == 1 and stats["completions_merged"] == 2
+    merged_updates = sum(len(r.trajectory.traces) for r in status.results)
+    request_updates = sum(len(r.trajectory.traces) for r in pr_status.results)
+    assert (request_updates, merged_updates) == (6, 2)
+    # The same trainable tokens either way: merging only removes re-sent prompts.
+    assert sum(t.trainable_tokens for r in status.results for t in r.trajectory.traces) == \
+        sum(t.trainable_tokens for r in pr_status.results for t in r.trajectory.traces)
+
+    env = {**os.environ, **stack.settings.to_env()}
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "verify", "--task", task_id,
+                          "--model", "demo-policy", "--json"], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    reports = json.loads(out.stdout)
+    assert len(reports) == 2
+    for rep in reports:
+        [trace] = rep["traces"]
+        assert rep["ok"] and trace["violations"] == 0 and trace["id_mismatches"] == 0
+        assert trace["max_abs_diff"] <= 1e-4 and trace["turns"] == 3 and trace["masked"] > 0
+
+
+def test_verify_exits_non_zero_on_a_violation(client, demo_task, stack, tmp_path):
+    demo_task.update(num_samples=1, builder={"strategy": "prefix_merging"})
+    _, status = run(client, demo_task)
+    [result] = status.results
+    trace = result.trajectory.traces[0]
+    j = trace.metadata["turns"][1]["response_start"]
+    trace.response_logprobs[j].logprob -= 0.5  # as if sampled by another policy
+    path = tmp_path / "result.json"
+    path.write_text(result.model_dump_json())
+    env = {**os.environ, **stack.settings.to_env()}
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "verify", "--file", str(path),
+                          "--model", "demo-policy"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "VIOLATION" in out.stdout, out.stdout + out.stderr
