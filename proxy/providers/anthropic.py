@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
+    Parsed, assistant_history_message, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
     signature_for, stop_list, text_of,
 )
 from proxy.sse import named_event
@@ -153,12 +153,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
                 raise BadRequest(f"{where}: tool_use blocks need 'id' and 'name'", param=where)
             calls.append({"id": b["id"], "type": "function",
                           "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
-    if reasoning:
-        msg["reasoning_content"] = "".join(reasoning)
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
+    return assistant_history_message(text, reasoning, calls)
 
 
 def _tools(tools: Any) -> tuple[list[dict[str, Any]], list[str]]:

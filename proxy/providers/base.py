@@ -200,6 +200,17 @@ def data_url(media_type: str, data: str) -> str:
     return f"data:{media_type};base64,{data}"
 
 
+def assistant_history_message(text: list[str], reasoning: list[str], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant turn from a harness's history as a chat message (content null when the turn
+    is only tool calls, as OpenAI writes it)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if reasoning:
+        msg["reasoning_content"] = "".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
 def assistant_message(turn: Turn) -> dict[str, Any]:
     """The turn as an OpenAI chat assistant message (what traces and stored state hold)."""
     msg: dict[str, Any] = {"role": "assistant", "content": turn.content}

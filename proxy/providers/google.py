@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
+    Parsed, assistant_history_message, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
     signature_for, stop_list,
 )
 from proxy.sse import data_event
@@ -143,12 +143,7 @@ def _model_turn(parts: list[Any], where: str, i: int, pending: dict[str, list[st
                           "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {})}})
         elif isinstance(p.get("text"), str):
             (reasoning if p.get("thought") else text).append(p["text"])
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
-    if reasoning:
-        msg["reasoning_content"] = "".join(reasoning)
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
+    return assistant_history_message(text, reasoning, calls)
 
 
 def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]]) -> dict[str, Any]:

@@ -32,3 +32,13 @@ class Engine(Protocol):
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]: ...
 
     def extract(self, response: dict[str, Any]) -> Captured: ...
+
+
+def first_choice(response: dict[str, Any]) -> dict[str, Any]:
+    try:
+        choice = response["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise CaptureError("upstream response has no choices") from None
+    if not isinstance(choice, dict):
+        raise CaptureError("upstream choice is not an object")
+    return choice

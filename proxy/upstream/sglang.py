@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import CaptureError, Captured
+from proxy.upstream.base import CaptureError, Captured, first_choice
 
 
 class SGLangEngine:
@@ -24,10 +24,7 @@ class SGLangEngine:
         return out
 
     def extract(self, response: dict[str, Any]) -> Captured:
-        try:
-            choice = response["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise CaptureError("upstream response has no choices") from None
+        choice = first_choice(response)
         sglext = response.get("sglext") or {}
         prompt_ids = choice.get("prompt_token_ids") or response.get("prompt_token_ids") or sglext.get("input_ids")
         triples = (choice.get("meta_info") or {}).get("output_token_logprobs")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import CaptureError, Captured
+from proxy.upstream.base import CaptureError, Captured, first_choice
 
 
 class VLLMEngine:
@@ -25,10 +25,7 @@ class VLLMEngine:
         return out
 
     def extract(self, response: dict[str, Any]) -> Captured:
-        try:
-            choice = response["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise CaptureError("upstream response has no choices") from None
+        choice = first_choice(response)
         prompt_ids = response.get("prompt_token_ids")
         response_ids = choice.get("token_ids")
         if not isinstance(prompt_ids, list) or not isinstance(response_ids, list):

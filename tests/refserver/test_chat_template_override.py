@@ -11,6 +11,7 @@ from infra.refserver import ModelEngine, ScriptedPolicy, create_app
 from infra.refserver.tiny_model import TEMPLATE_PATH
 
 from .conftest import BASH_TOOL
+from .test_reasoning import HISTORY, THINK_SCRIPT
 
 STRIP_PATH = Path(infra.refserver.__file__).with_name("templates") / "strip_history_reasoning.jinja"
 STRIP = STRIP_PATH.read_text(encoding="utf-8")
@@ -19,20 +20,6 @@ DEFAULT = TEMPLATE_PATH.read_text(encoding="utf-8")
 BRACKETS = ("{%- for m in messages -%}[{{ m.role }}]{{ m.content or '' }}\n{%- endfor -%}"
             "{%- if add_generation_prompt -%}[assistant]{%- endif -%}")
 
-THINK_SCRIPT = [
-    {"reasoning": "I should look at the files first.", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
-    {"reasoning": "Both files are there.\nDone.", "content": "Everything is in place."},
-]
-
-HISTORY = [
-    {"role": "system", "content": "You are a coding agent."},
-    {"role": "user", "content": "List the files."},
-    {"role": "assistant", "content": None, "reasoning_content": "Use ls.", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "README.md"},
-    {"role": "assistant", "content": "There is a README.", "reasoning": "One file.\n\nShort answer."},
-    {"role": "user", "content": "Thanks."},
-]
 
 # Conversations without any reasoning, covering every branch of the templates.
 NO_REASONING = [
