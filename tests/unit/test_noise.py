@@ -59,3 +59,24 @@ def test_timestamps_and_custom_patterns():
 def test_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="unknown noise rule"):
         rules_from("billing")
+
+
+def test_timestamps_rule_on_the_captured_codex_request():
+    """No captured harness sends per-request times (Codex and Claude Code send the date only,
+    which changes daily); a per-request time injected into Codex's environment context shows the
+    rule keeps such requests chainable without touching the date."""
+    req = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests" / "codex.json")
+                     .read_text())["requests"][0]["body"]
+
+    def at(time: str) -> dict:
+        body = copy.deepcopy(req)
+        body["tools"] = []
+        ctx = body["input"][2]["content"][0]
+        ctx["text"] = ctx["text"].replace("</current_date>", f"</current_date>\n  <now>2026-11-29T{time}Z</now>")
+        return PROVIDERS["openai_responses"].parse(body).chat
+
+    rules = rules_from("timestamps")
+    (a, fired), (b, _) = scrub(at("10:33:17"), rules), scrub(at("10:34:02"), rules)
+    assert fired == ["timestamps"] and a == b
+    text = a["messages"][2]["content"][0]["text"]
+    assert "<now><timestamp></now>" in text and "<current_date>2026-11-29</current_date>" in text
