@@ -135,7 +135,8 @@ def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | N
 
 def _parse(provider: Provider, body: Any, route: Route, history: Any) -> Any:
     try:
-        return provider.parse(body, path_model=route.model, stream=route.stream, history=history)
+        return provider.parse(body, path_model=route.model, stream=route.stream, history=history,
+                              sse=request.args.get("alt") == "sse")
     except ProxyError:
         raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
@@ -151,7 +152,7 @@ def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
     if job.wait(keepalive):  # fast: a real HTTP error status is still possible
         turn, response = job.result()
         # One buffer: the server writes each item of a body as its own chunk and syscall.
-        return _sse([b"".join(writer.head(turn) + writer.body(response, turn))])
+        return _sse([b"".join(writer.head(turn) + writer.body(response, turn))], call.parsed.extra.get("sse", True))
 
     def events() -> Iterable[bytes]:
         yield from writer.head()
@@ -166,11 +167,12 @@ def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
             return
         yield from writer.body(response, turn)
 
-    return _sse(events())
+    return _sse(events(), call.parsed.extra.get("sse", True))
 
 
-def _sse(body: Iterable[bytes]) -> Response:
-    return Response(body, mimetype="text/event-stream", headers=SSE_HEADERS)
+def _sse(body: Iterable[bytes], sse: bool = True) -> Response:
+    mimetype = "text/event-stream" if sse else "application/json"
+    return Response(body, mimetype=mimetype, headers=SSE_HEADERS)
 
 
 class _Job:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Parsed, assistant_history_message, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
@@ -237,8 +239,10 @@ class Google:
     name = NAME
     content_type = "text/event-stream"
 
-    def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False, **context: Any) -> Parsed:
+    def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False, sse: bool = True,
+              **context: Any) -> Parsed:
         chat, extra = to_chat(body, path_model)
+        extra["sse"] = sse
         extra["response_id"] = new_id("resp")
         return Parsed(chat=chat, stream=stream, model=path_model, extra=extra)
 
@@ -250,7 +254,7 @@ class Google:
                 "usageMetadata": usage, "modelVersion": parsed.model, "responseId": parsed.extra["response_id"]}
 
     def stream(self, parsed: Parsed) -> "GoogleStream":
-        return GoogleStream()
+        return GoogleStream(sse=parsed.extra.get("sse", True))
 
     def error(self, err: ProxyError) -> dict[str, Any]:
         status = _STATUS.get(err.status, "INTERNAL" if err.status >= 500 else "INVALID_ARGUMENT")
@@ -259,7 +263,11 @@ class Google:
 
 class GoogleStream:
     """``data:`` events, each a GenerateContentResponse with the new parts; the last one carries
-    ``finishReason`` and ``usageMetadata`` (Gemini CLI retries without a finish reason)."""
+    ``finishReason`` and ``usageMetadata`` (Gemini CLI retries without a finish reason).
+    Without ``?alt=sse`` Google streams the same objects as one JSON array instead."""
+
+    def __init__(self, sse: bool = True) -> None:
+        self.sse = sse
 
     def head(self, turn: Turn | None = None) -> list[bytes]:
         return []  # nothing meaningful to send before the answer
@@ -276,7 +284,8 @@ class GoogleStream:
         last = dict(response)
         last["candidates"] = [{**candidate, "content": {"role": "model", "parts": candidate["content"]["parts"][-1:]}}]
         chunks.append(last)
-        return [data_event(c) for c in chunks]
+        return [data_event(c) for c in chunks] if self.sse else [orjson.dumps(chunks)]
 
     def error(self, err: ProxyError) -> list[bytes]:
-        return [data_event(Google().error(err))]
+        body = Google().error(err)
+        return [data_event(body)] if self.sse else [orjson.dumps([body])]

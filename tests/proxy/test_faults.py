@@ -236,3 +236,12 @@ def test_models_and_count_tokens(fake_stack):
     names = [m.name for m in c["google"].models.list()]
     assert names == ["models/fake"]
     assert httpx.head(f"{fake_stack.settings.proxy_url}/s/{sid}").status_code == 200  # Claude Code's preflight
+
+
+def test_gemini_stream_without_alt_sse_is_a_json_array(fake_stack):
+    sid = running_session(fake_stack.settings.redis_url)
+    url = f"{fake_stack.settings.proxy_url}/s/{sid}/v1beta/models/fake:streamGenerateContent"
+    resp = httpx.post(url, json={"contents": [{"parts": [{"text": "hi"}]}]}, timeout=30)
+    assert resp.headers["content-type"].startswith("application/json")
+    chunks = resp.json()
+    assert isinstance(chunks, list) and chunks[-1]["candidates"][0]["finishReason"] == "STOP"
