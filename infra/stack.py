@@ -57,6 +57,7 @@ class Child:
     name: str
     proc: subprocess.Popen
     log_path: Path
+    args: list[str] = field(default_factory=list)
 
 
 class Stack:
@@ -65,6 +66,7 @@ class Stack:
         self.settings = config.settings
         self.redis: EmbeddedRedis | None = None
         self.children: list[Child] = []
+        self._args: dict[str, list[str]] = {}
         self.log_dir = config.log_dir or (self.settings.home / "logs")
 
     # --- start -------------------------------------------------------------------------------
@@ -115,6 +117,18 @@ class Stack:
             raise
         return self
 
+    def kill(self, name: str) -> int:
+        """SIGKILL one child's whole process group (fault tests); returns its pid."""
+        child = next(c for c in self.children if c.name == name)
+        _signal_group(child.proc, signal.SIGKILL)
+        child.proc.wait()
+        self.children.remove(child)
+        self._args.setdefault(name, child.args)
+        return child.proc.pid
+
+    def respawn(self, name: str) -> None:
+        self._spawn(name, self._args[name])
+
     def _spawn(self, name: str, args: list[str]) -> None:
         log_path = self.log_dir / f"{name}.log"
         env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1",
@@ -123,7 +137,7 @@ class Stack:
             proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", *args], env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_die_with_parent)
-        self.children.append(Child(name, proc, log_path))
+        self.children.append(Child(name, proc, log_path, args))
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -82,6 +82,8 @@ def task_callback_claim(tid: str) -> str:
 
 
 TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time
+ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"  # sorted set: session id -> registration time
+REAPER_LOCK = f"{PREFIX}:reaper"  # one reaper pass at a time across all workers
 
 # --- READY buffer ----------------------------------------------------------------------------
 

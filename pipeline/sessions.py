@@ -80,6 +80,14 @@ class SessionStore:
             },
         )
         target.expire(key, self._ttl)
+        target.zadd(keys.ACTIVE_SESSIONS, {spec.session_id: time.time()})
+
+    def retire(self, session_id: str) -> None:
+        """The session is terminal and published: the reaper no longer watches it."""
+        self._r.zrem(keys.ACTIVE_SESSIONS, session_id)
+
+    def active(self, limit: int = 10_000) -> list[str]:
+        return [s.decode() for s in self._r.zrange(keys.ACTIVE_SESSIONS, 0, limit - 1)]
 
     def get(self, session_id: str) -> SessionState | None:
         raw = self._r.hgetall(keys.session(session_id))

@@ -51,6 +51,7 @@ class Settings:
     # the database (shortest wins), so it must exceed the longest stage by a wide margin.
     visibility_timeout_seconds: int = 4 * 3600
     stage_lease_seconds: int = 30
+    reaper_interval_seconds: float = 15.0  # how often workers look for stages whose worker died
     max_timeout_seconds: int = 3 * 3600
     cancel_poll_seconds: float = 0.25
     inflight_drain_seconds: float = 5.0

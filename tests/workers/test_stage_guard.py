@@ -10,6 +10,7 @@ from pipeline.schemas import SessionResult, SessionSpec, TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus as S
 from pipeline.status import Stage
+from workers.stages import init
 from workers.stages.common import Skip, StageLease, make_deps, run_stage
 
 
@@ -84,3 +85,28 @@ def test_recover_that_finds_the_stage_finished_sends_what_is_waiting(d, sid):
 
 def test_unknown_session_is_ignored(d):
     assert run_stage(Stage.INIT, "sk-polar-gone", lambda *a: pytest.fail("ran"), d=d) == "missing"
+
+
+def test_init_worker_lost_while_waiting_for_a_slot_starts_over(d, sid):
+    d.r.hset(keys.session(sid), "started:init", "1")  # it died before touching a runtime
+    ran = []
+    assert run_stage(Stage.INIT, sid, lambda *a: ran.append(1) or Stage.RUN, init.recover, d=d) == "done"
+    assert ran == [1] and queued(d, Stage.RUN) == 1
+
+
+def test_reaper_finds_stages_whose_worker_died(d, sid):
+    from workers.stages import reaper
+
+    assert reaper.stalled(d) == []  # registered, nothing started: its INIT message is just queued
+    walk_to(d, sid, S.RUNNING)
+    d.r.hset(keys.session(sid), mapping={"started:init": "1", "done:init": "run", "started:run": "1"})
+    live = StageLease(d.r, sid, Stage.RUN.value, 5)
+    assert live.acquire()
+    assert reaper.stalled(d) == []  # the RUN worker is alive (its lease heartbeats)
+    live.release()  # ... and now it is dead
+    assert reaper.stalled(d) == [(sid, Stage.RUN)]
+    assert reaper.reap_once(d) == [(sid, Stage.RUN)] and queued(d, Stage.RUN) == 1
+    assert reaper.reap_once(d) == []  # one pass per interval across all workers (the lock)
+    d.sessions.retire(sid)
+    d.r.delete(keys.REAPER_LOCK)
+    assert reaper.stalled(d) == []  # retired sessions are not watched

@@ -38,6 +38,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     entry = d.results.publish_once(result)
     log.info("callback %s: %s published as %s", sid, result.status.value, entry)
     d.sessions.expire_records(sid, d.settings.records_ttl_seconds)
+    d.sessions.retire(sid)
     if d.tasks.count_finished(result.task_id, sid):
         log.info("task %s %s", result.task_id, d.tasks.finish(result.task_id).value)
         if d.tasks.request(result.task_id).callback_url and d.tasks.claim_callback(

@@ -38,6 +38,10 @@ class Skip(Exception):
     """The stage has nothing to do for this session (already handled elsewhere)."""
 
 
+class Rerun(Exception):
+    """Raised by a recovery: the dead worker left nothing behind, run the stage from the start."""
+
+
 @dataclass
 class Deps:
     settings: Settings
@@ -87,10 +91,15 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         if done:
             _send(d, Stage(done) if done != "-" else None, session_id)
             return "already-done"
-        if state.fields.get(f"started:{stage.value}") and recover is not None:
+        nxt: Stage | None = None
+        rerun = recover is None or not state.fields.get(f"started:{stage.value}")
+        if not rerun:
             log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
-            nxt = recover(d, state) or _pending_after(d, stage, session_id)
-        else:
+            try:
+                nxt = recover(d, state) or _pending_after(d, stage, session_id)  # type: ignore[misc]
+            except Rerun:
+                rerun = True
+        if rerun:
             d.r.hset(key, f"started:{stage.value}", "1")
             try:
                 nxt = body(d, state, lease)

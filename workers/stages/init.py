@@ -13,7 +13,7 @@ from pipeline.status import Outcome, SessionStatus, Stage
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.runtimes import Runtime
-from workers.stages.common import Deps, Skip, log
+from workers.stages.common import Deps, Rerun, Skip, log
 
 SLOT_WAIT_POLL_SECONDS = 0.2
 READY_GRACE_SECONDS = 120  # a READY slot outlives the session budget by this much, then frees
@@ -70,7 +70,10 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:
-    """The previous INIT worker died: the runtime is in an unknown state, fail the session."""
+    """The previous INIT worker died. Still REGISTERED (it was waiting for a READY slot): start
+    over. INITIALIZING: the runtime is in an unknown state, fail the session (POSTRUN tears down)."""
+    if state.status == SessionStatus.REGISTERED:
+        raise Rerun()
     if state.status != SessionStatus.INITIALIZING:
         return None
     d.sessions.set_outcome(state.session_id, Outcome.ERROR, "init worker lost")

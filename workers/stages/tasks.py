@@ -6,9 +6,11 @@ queue. Pools are chosen per stage when the worker starts (``infra.stack.STAGE_PO
 
 from __future__ import annotations
 
+from celery.signals import worker_ready
+
 from pipeline.celery_app import get_app
 from pipeline.status import Stage
-from workers.stages import callback, evaluate, init, postrun, run
+from workers.stages import callback, evaluate, init, postrun, reaper, run
 from workers.stages.common import run_stage
 
 app = get_app()
@@ -35,4 +37,10 @@ def _make_task(stage: Stage):
 
 
 TASKS = {stage: _make_task(stage) for stage in Stage}
+
+
+@worker_ready.connect
+def _start_reaper(**_: object) -> None:
+    """Every worker runs the reaper loop; a Redis lock lets one pass run at a time."""
+    reaper.start()
 
