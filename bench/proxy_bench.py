@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import loadgen  # noqa: E402
 from bench.record_bench import record_costs  # noqa: E402
-from infra.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -36,8 +36,9 @@ BODY = {"model": "fake", "max_tokens": 16, "messages": [
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    # Own process group (killed as a group at the end) and death with this process if it dies.
     return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
 
 
 def wait_http(url: str) -> None:
