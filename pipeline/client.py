@@ -123,6 +123,16 @@ class RolloutClient:
                 return
 
 
+    def lag(self, group: str) -> int | None:
+        """Entries the consumer group has not read yet (XINFO GROUPS lag; alert on it: results
+        far behind can be trimmed from the stream)."""
+        if not self.redis_url:
+            raise ValueError("lag() needs redis_url")
+        from pipeline.redis_conn import connect
+
+        return ResultsStream(connect(self.redis_url)).lag(group)
+
+
 def load_task_file(path: Path) -> dict[str, Any]:
     """Read a TaskRequest JSON file; relative ``src`` paths of upload actions resolve against
     the file's folder, so example tasks work from any working directory."""

@@ -27,11 +27,6 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
 end
 return 0
 """
-_RENEW = """
-local now = redis.call('TIME')
-local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
-return redis.call('ZADD', KEYS[1], 'XX', 'CH', t + tonumber(ARGV[2]), ARGV[1])
-"""
 _PUSH = """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
@@ -54,9 +49,6 @@ class ReadyBuffer:
     def reserve(self, session_id: str, ttl_seconds: float) -> bool:
         """Take a slot for a session about to initialise; False when the buffer is full."""
         return bool(self._r.eval(_RESERVE, 1, keys.READY_SLOTS, session_id, self.capacity, ttl_seconds))
-
-    def renew(self, session_id: str, ttl_seconds: float) -> bool:
-        return bool(self._r.eval(_RENEW, 1, keys.READY_SLOTS, session_id, ttl_seconds))
 
     def push(self, session_id: str, ttl_seconds: float) -> None:
         """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN."""

@@ -52,7 +52,6 @@ class Settings:
     visibility_timeout_seconds: int = 4 * 3600
     stage_lease_seconds: int = 30
     reaper_interval_seconds: float = 15.0  # how often workers look for stages whose worker died
-    max_timeout_seconds: int = 3 * 3600
     cancel_poll_seconds: float = 0.25
     inflight_drain_seconds: float = 5.0
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.

@@ -20,7 +20,7 @@ from pipeline.settings import Settings
 from proxy import models
 from proxy.detection import Route, detect
 from proxy.errors import (
-    BadRequest, PayloadTooLarge, ProxyError, SessionNotFound, UnsupportedEndpoint, UpstreamError,
+    BadRequest, NotFound, PayloadTooLarge, ProxyError, UnsupportedEndpoint, UpstreamError,
 )
 from proxy.gateway import Call, Gateway
 from proxy.providers import PROVIDERS, Provider
@@ -218,7 +218,9 @@ def _models(gw: Gateway, route: Route) -> Response:
         return _json(models.listing(route.provider, upstream))
     found = models.one(route.provider, upstream, route.model or "")
     if found is None:
-        raise SessionNotFound(f"model {route.model!r} not found")
+        err = NotFound(f"model {route.model!r} not found")
+        err.code = "model_not_found"
+        raise err
     return _json(found)
 
 
@@ -226,7 +228,7 @@ def _stored_response(gw: Gateway, session_id: str | None, route: Route) -> Respo
     gw.gate.check(session_id)
     stored = gw.responses.load(session_id or "", route.item_id or "")
     if stored is None:
-        err = SessionNotFound(f"No response found with id '{route.item_id}'.")
+        err = NotFound(f"No response found with id '{route.item_id}'.")
         err.code = "response_not_found"
         raise err
     return _json(stored["response"])

@@ -4,7 +4,8 @@
      ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
      │    ├── PayloadTooLarge        413
      │    └── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
-     ├── SessionNotFound             404    unknown session id
+     ├── NotFound                    404    unknown model or stored response
+     │    └── SessionNotFound        404    unknown session id
      ├── SessionNotActive            403    the session no longer accepts model calls
      ├── UnsupportedEndpoint         404    a path no provider serves
      └── UpstreamError               502    the inference server failed or misbehaved
@@ -38,8 +39,12 @@ class UnsupportedFeature(BadRequest):
     code = "unsupported_feature"
 
 
-class SessionNotFound(ProxyError):
-    status, type, code = 404, "invalid_request_error", "session_not_found"
+class NotFound(ProxyError):
+    status, type, code = 404, "invalid_request_error", "not_found"
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
 
 
 class SessionNotActive(ProxyError):

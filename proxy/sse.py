@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import orjson
 
@@ -17,13 +17,6 @@ def named_event(event: str, payload: Any) -> bytes:
 
 def done_event() -> bytes:
     return b"data: [DONE]\n\n"
-
-
-def data_stream(chunks: Iterable[Any], *, done: bool) -> Iterator[bytes]:
-    for chunk in chunks:
-        yield data_event(chunk)
-    if done:
-        yield done_event()
 
 
 def _dumps(payload: Any) -> bytes:

@@ -58,3 +58,4 @@ def test_consumer_group_redelivers_unacked_and_dedupes(r, redis_url):
     assert again == [first[1].result.session_id] + [s for s in ("s0", "s1", "s2")
                                                      if s not in {x.result.session_id for x in first}]
     assert len(set(again)) == len(again)
+    assert client.lag("g") == 0 and client.lag("nobody") is None

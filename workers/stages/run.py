@@ -44,7 +44,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
     res = runtime.exec(
         cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",
-        should_cancel=lambda: lease.lost.is_set() or d.sessions.cancel_requested(sid),
+        should_cancel=_cancel_check(d, sid, lease),
     )
     if res.timed_out:
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
@@ -53,6 +53,23 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     if res.exit_code != 0:
         return Outcome.ERROR, f"agent exited {res.exit_code}: {res.stderr[-1000:]}", res.exit_code
     return Outcome.COMPLETED, None, 0
+
+
+def _cancel_check(d: Deps, sid: str, lease: StageLease):
+    """Polled by the runtime while the agent runs: the stage lease was lost, or a cancel was
+    requested (read from Redis at most every ``cancel_poll_seconds``)."""
+    next_read = [0.0]
+
+    def should_cancel() -> bool:
+        if lease.lost.is_set():
+            return True
+        now = time.monotonic()
+        if now < next_read[0]:
+            return False
+        next_read[0] = now + d.settings.cancel_poll_seconds
+        return d.sessions.cancel_requested(sid)
+
+    return should_cancel
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:
