@@ -152,7 +152,7 @@ def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
     if job.wait(keepalive):  # fast: a real HTTP error status is still possible
         turn, response = job.result()
         # One buffer: the server writes each item of a body as its own chunk and syscall.
-        return _sse([b"".join(writer.head(turn) + writer.body(response, turn))], call.parsed.extra.get("sse", True))
+        return _streamed([b"".join(writer.head(turn) + writer.body(response, turn))], writer.content_type)
 
     def events() -> Iterable[bytes]:
         yield from writer.head()
@@ -167,12 +167,11 @@ def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
             return
         yield from writer.body(response, turn)
 
-    return _sse(events(), call.parsed.extra.get("sse", True))
+    return _streamed(events(), writer.content_type)
 
 
-def _sse(body: Iterable[bytes], sse: bool = True) -> Response:
-    mimetype = "text/event-stream" if sse else "application/json"
-    return Response(body, mimetype=mimetype, headers=SSE_HEADERS)
+def _streamed(body: Iterable[bytes], content_type: str) -> Response:
+    return Response(body, mimetype=content_type, headers=SSE_HEADERS)
 
 
 class _Job:

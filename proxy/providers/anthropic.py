@@ -219,7 +219,6 @@ def content_blocks(turn: Turn) -> list[dict[str, Any]]:
 
 class Anthropic:
     name = NAME
-    content_type = "text/event-stream"
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat, extra = to_chat(body)
@@ -247,6 +246,8 @@ def usage(turn: Turn) -> dict[str, Any]:
 
 class AnthropicStream:
     """``message_start`` … ``message_stop`` with ``event:`` lines (Claude Code needs them)."""
+
+    content_type = "text/event-stream"
 
     def __init__(self, parsed: Parsed) -> None:
         self.parsed = parsed

@@ -102,6 +102,8 @@ class StreamWriter(Protocol):
     """Synthesises one streamed answer. ``head`` may be sent before the engine has answered
     (long calls), then ``keepalive`` while waiting, then ``body`` or ``error``."""
 
+    content_type: str  # of the streamed body
+
     def head(self, turn: Turn | None = None) -> list[bytes]:
         """Opening events; ``turn`` is known unless the head goes out before the answer."""
 
@@ -114,7 +116,6 @@ class StreamWriter(Protocol):
 
 class Provider(Protocol):
     name: str
-    content_type: str
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         """``context``: ``path_model``/``stream`` (from a Google path), ``history`` (Responses)."""

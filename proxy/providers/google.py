@@ -237,7 +237,6 @@ def parts(turn: Turn, include_thoughts: bool) -> list[dict[str, Any]]:
 
 class Google:
     name = NAME
-    content_type = "text/event-stream"
 
     def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False, sse: bool = True,
               **context: Any) -> Parsed:
@@ -268,6 +267,7 @@ class GoogleStream:
 
     def __init__(self, sse: bool = True) -> None:
         self.sse = sse
+        self.content_type = "text/event-stream" if sse else "application/json"
 
     def head(self, turn: Turn | None = None) -> list[bytes]:
         return []  # nothing meaningful to send before the answer

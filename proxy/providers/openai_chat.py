@@ -80,7 +80,6 @@ def usage(turn: Turn) -> dict[str, int]:
 
 class OpenAIChat:
     name = NAME
-    content_type = "text/event-stream"
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat = normalize(body)
@@ -121,6 +120,8 @@ class ChatStream:
     def __init__(self, parsed: Parsed) -> None:
         self.parsed = parsed
         self._base: dict[str, Any] | None = None
+
+    content_type = "text/event-stream"
 
     def _chunk(self, base: dict[str, Any], delta: dict[str, Any], finish: str | None = None,
                logprobs: Any = None) -> bytes:

@@ -237,7 +237,6 @@ def usage(turn: Turn) -> dict[str, Any]:
 
 class OpenAIResponses:
     name = NAME
-    content_type = "text/event-stream"
 
     def parse(self, body: Any, *, history: list[dict[str, Any]] | None = None, **context: Any) -> Parsed:
         chat, extra = to_chat(body, history)
@@ -278,6 +277,8 @@ class OpenAIResponses:
 class ResponsesStream:
     """Typed events with a ``sequence_number``, no ``[DONE]``; Codex needs
     ``response.output_item.done`` and ``response.completed``."""
+
+    content_type = "text/event-stream"
 
     def __init__(self, provider: OpenAIResponses, parsed: Parsed) -> None:
         self.provider, self.parsed = provider, parsed
