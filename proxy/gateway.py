@@ -122,10 +122,11 @@ class Gateway:
                 raise UpstreamError(str(exc)) from None
             turn = turn_from_chat(raw, parsed.model)
             response = call.provider.render(turn, parsed)
+            sampled = assistant_message(turn)
             record = build_record(
                 session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream,
                 captured=captured, original=call.original, normalized=chat, upstream=raw,
-                response_message=assistant_message(turn), started_at=call.started, finished_at=time.time(),
+                response_message=sampled, started_at=call.started, finished_at=time.time(),
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
                 normalizations=normalizations)
         except ProxyError as err:
@@ -136,7 +137,7 @@ class Gateway:
             raise
         self._release(sid, keys.session_completions(sid), record)
         if call.provider.name == "openai_responses" and parsed.extra.get("store"):
-            self.responses.save(sid, response, stored_conversation(parsed, assistant_message(turn)))
+            self.responses.save(sid, response, stored_conversation(parsed, sampled))
         return turn, response
 
     def count_tokens(self, chat: dict[str, Any]) -> int:

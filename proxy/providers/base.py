@@ -197,6 +197,11 @@ def signature_for(text: str) -> str:
     return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
+def openai_error(err: ProxyError) -> dict[str, Any]:
+    """OpenAI's error body (Chat Completions and Responses share it)."""
+    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
 def data_url(media_type: str, data: str) -> str:
     return f"data:{media_type};base64,{data}"
 

@@ -14,7 +14,9 @@ import time
 from typing import Any
 
 from proxy.errors import BadRequest, ProxyError
-from proxy.providers.base import Parsed, Turn, assistant_message, new_id, opt_int, require_object
+from proxy.providers.base import (
+    Parsed, Turn, assistant_message, new_id, openai_error, opt_int, require_object,
+)
 from proxy.sse import data_event, done_event
 
 NAME = "openai_chat"
@@ -104,7 +106,7 @@ class OpenAIChat:
         return ChatStream(parsed)
 
     def error(self, err: ProxyError) -> dict[str, Any]:
-        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+        return openai_error(err)
 
 
 def _logprobs(turn: Turn, parsed: Parsed) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, Turn, function_tool, new_id, opt_int, opt_number, require_object, text_of,
+    Parsed, Turn, function_tool, new_id, openai_error, opt_int, opt_number, require_object, text_of,
 )
 from proxy.sse import named_event
 
@@ -271,7 +271,7 @@ class OpenAIResponses:
         return ResponsesStream(self, parsed)
 
     def error(self, err: ProxyError) -> dict[str, Any]:
-        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+        return openai_error(err)
 
 
 class ResponsesStream:
