@@ -111,12 +111,6 @@ class SessionStore:
         raw = self._r.hget(keys.session(session_id), "status")
         return SessionStatus(raw.decode()) if raw else None
 
-    def statuses(self, session_ids: Iterable[str]) -> list[SessionStatus | None]:
-        pipe = self._r.pipeline(transaction=False)
-        for sid in session_ids:
-            pipe.hget(keys.session(sid), "status")
-        return [SessionStatus(v.decode()) if v else None for v in pipe.execute()]
-
     # --- writes ------------------------------------------------------------------------------
 
     def transition(

@@ -18,8 +18,10 @@ from pipeline import keys
 from pipeline.celery_app import dispatch
 from pipeline.codec import unpack
 from pipeline.ready_buffer import ReadyBuffer
-from pipeline.schemas import SessionResult, SessionSpec, SessionSummary, TaskRequest, TaskStatus
-from pipeline.sessions import SessionStore, TransitionRefused
+from pipeline.schemas import (
+    SessionResult, SessionSpec, SessionSummary, SessionTiming, TaskRequest, TaskStatus,
+)
+from pipeline.sessions import TIMING_FIELDS, SessionStore, TransitionRefused
 from pipeline.status import Outcome, SessionStatus, Stage, TaskState
 
 
@@ -81,15 +83,19 @@ class TaskStore:
         if "request" not in f:
             raise TaskNotFound(task_id)
         sids = self.session_ids(task_id)
-        statuses = self.sessions.statuses(sids)
+        # One round trip for every session: status, sample index and stage stamps, and the
+        # terminal result when there is one (this is what progress bars poll).
+        fields = ("status", "sample_index", *TIMING_FIELDS)
         pipe = self._r.pipeline(transaction=False)
         for sid in sids:
+            pipe.hmget(keys.session(sid), *fields)
             pipe.get(keys.session_result(sid))
-        blobs = pipe.execute()
+        replies = pipe.execute()
         counts: dict[str, int] = {}
         summaries: list[SessionSummary] = []
         results: list[SessionResult] = []
-        for sid, st, blob in zip(sids, statuses, blobs):
+        for sid, row, blob in zip(sids, replies[::2], replies[1::2]):
+            st = SessionStatus(row[0].decode()) if row[0] else None
             name = st.value if st else "MISSING"
             counts[name] = counts.get(name, 0) + 1
             if blob is not None:
@@ -98,10 +104,9 @@ class TaskStore:
                 if include_results:
                     results.append(result)
             elif st is not None:
-                state = self.sessions.get(sid)
-                summaries.append(SessionSummary(
-                    session_id=sid, sample_index=state.spec.sample_index if state else 0,
-                    status=st, durations_ms=state.timing.durations_ms if state else {}))
+                timing = SessionTiming(**{k: float(v) for k, v in zip(TIMING_FIELDS, row[2:]) if v})
+                summaries.append(SessionSummary(session_id=sid, sample_index=int(row[1] or 0), status=st,
+                                                durations_ms=timing.durations_ms))
         request = TaskRequest.model_validate_json(f["request"])
         return TaskStatus(
             task_id=task_id,
