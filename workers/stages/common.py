@@ -120,12 +120,28 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
 _ORDER = list(Stage)
 
 
+def stage_for(status: SessionStatus, evaluated: bool) -> Stage | None:
+    """The stage that acts on a session in ``status`` (``evaluated``: its result is stored)."""
+    if status == SessionStatus.EVALUATING:
+        return Stage.CALLBACK if evaluated else Stage.EVALUATE
+    if status.is_terminal():
+        return Stage.CALLBACK
+    return _STAGE_OF.get(status)
+
+
+_STAGE_OF = {SessionStatus.REGISTERED: Stage.INIT, SessionStatus.INITIALIZING: Stage.INIT,
+             SessionStatus.READY: Stage.RUN, SessionStatus.RUNNING: Stage.RUN,
+             SessionStatus.POSTRUN: Stage.POSTRUN}
+# Statuses in which a session waits for a stage *message* (no worker holds it).
+_HANDED_OFF = (SessionStatus.READY, SessionStatus.POSTRUN, SessionStatus.EVALUATING)
+
+
 def _pending_after(d: Deps, stage: Stage, session_id: str) -> Stage | None:
     """The later stage the session's current status is waiting for, if any."""
     status = d.sessions.status(session_id)
-    owner = {SessionStatus.READY: Stage.RUN, SessionStatus.POSTRUN: Stage.POSTRUN}.get(status)
-    if status == SessionStatus.EVALUATING:
-        owner = Stage.CALLBACK if d.r.exists(keys.session_result(session_id)) else Stage.EVALUATE
+    if status not in _HANDED_OFF:
+        return None
+    owner = stage_for(status, bool(d.r.exists(keys.session_result(session_id))))
     if owner is not None and _ORDER.index(owner) > _ORDER.index(stage):
         return owner
     return None

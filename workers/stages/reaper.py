@@ -17,10 +17,7 @@ import time
 from pipeline import keys
 from pipeline.celery_app import dispatch
 from pipeline.status import SessionStatus, Stage
-from workers.stages.common import Deps, deps, log
-
-_STAGE_OF = {SessionStatus.REGISTERED: Stage.INIT, SessionStatus.INITIALIZING: Stage.INIT, SessionStatus.READY: Stage.RUN,
-             SessionStatus.RUNNING: Stage.RUN, SessionStatus.POSTRUN: Stage.POSTRUN}
+from workers.stages.common import Deps, deps, log, stage_for
 
 
 def stalled(d: Deps) -> list[tuple[str, Stage]]:
@@ -41,11 +38,7 @@ def stalled(d: Deps) -> list[tuple[str, Stage]]:
         status = SessionStatus(row[0].decode())
         started = {s for s, v in zip(Stage, row[1:6]) if v}
         done = {s for s, v in zip(Stage, row[6:11]) if v}
-        stage = _STAGE_OF.get(status)
-        if status == SessionStatus.EVALUATING:
-            stage = Stage.CALLBACK if Stage.EVALUATE in done else Stage.EVALUATE
-        elif status.is_terminal() and Stage.CALLBACK not in done:
-            stage = Stage.CALLBACK  # terminal but not yet published
+        stage = stage_for(status, Stage.EVALUATE in done)  # terminal: CALLBACK, if not yet done
         if stage is not None and stage in started and stage not in done:
             candidates.append((sid, stage))
     if not candidates:
