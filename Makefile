@@ -1,5 +1,5 @@
 # The two commands of the README. Both set everything up on a fresh machine first.
-.PHONY: demo test bootstrap
+.PHONY: demo test check bootstrap
 
 bootstrap:
 	./scripts/bootstrap
@@ -7,6 +7,11 @@ bootstrap:
 demo: bootstrap
 	.venv/bin/polar demo
 
-test: bootstrap
+# Static checks (lint + import sorting, the package rules, types), then every test tier.
+check: bootstrap
 	.venv/bin/ruff check .
+	.venv/bin/lint-imports --no-cache
+	.venv/bin/mypy
+
+test: check
 	.venv/bin/python -m pytest

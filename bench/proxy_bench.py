@@ -89,9 +89,9 @@ def main() -> None:
         upstream = f"http://127.0.0.1:{ports['upstream']}"
         env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url, "POLAR_UPSTREAM_URL": upstream}
         try:
-            procs.append(spawn(["-m", "pipeline.cli.main", "model", "fake", "--port", str(ports["upstream"]),
+            procs.append(spawn(["-m", "infra.cli.main", "model", "fake", "--port", str(ports["upstream"]),
                                 "--workers", "1"], env))
-            proxy = spawn(["-m", "pipeline.cli.main", "proxy", "--port", str(ports["proxy"]),
+            proxy = spawn(["-m", "infra.cli.main", "proxy", "--port", str(ports["proxy"]),
                            "--workers", str(args.workers)], env)
             passthrough = spawn(["-c", "import sys; from infra.serve import run; "
                                  f"run('bench.passthrough:app', '127.0.0.1:{ports['passthrough']}', 'proxy', "

@@ -8,13 +8,12 @@ process group a local runtime left behind, so nothing keeps running after Ctrl-C
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +76,11 @@ class Stack:
         try:
             if not s.redis_url:
                 self.redis = EmbeddedRedis().start()
-                s = replace(s, redis_url=self.redis.url)
+                s = s.replace(redis_url=self.redis.url)
             ports = {k: free_port() for k in ("api", "proxy", "model")}
             if self.config.fixed_ports:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
-            s = replace(s, api_url=f"http://127.0.0.1:{ports['api']}",
+            s = s.replace(api_url=f"http://127.0.0.1:{ports['api']}",
                         proxy_url=f"http://127.0.0.1:{ports['proxy']}",
                         upstream_url=s.upstream_url if self.config.upstream == "external"
                         else f"http://127.0.0.1:{ports['model']}")
@@ -134,7 +133,7 @@ class Stack:
         env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1",
                "FLOWER_UNAUTHENTICATED_API": "true"}
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", *args], env=env,
+            proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", *args], env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_die_with_parent)
         self.children.append(Child(name, proc, log_path, args))
@@ -209,11 +208,6 @@ class Stack:
                 "proxy_url": self.settings.proxy_url, "upstream_url": self.settings.upstream_url,
                 "flower_url": f"http://127.0.0.1:{self.config.flower_port}" if self.config.flower_port else None,
                 "logs": str(self.log_dir)}
-
-    def write_state(self) -> None:
-        path = self.settings.up_state_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.state(), indent=2))
 
     def __enter__(self) -> "Stack":
         return self.start()

@@ -23,17 +23,21 @@ from pipeline.settings import Settings
 from pipeline.status import Stage
 
 STAGE_TASKS_MODULE = "workers.stages.tasks"  # imported by workers only, by name
+# Delivery of a finished task's result to its callback_url (retried by Celery, on the CALLBACK
+# queue: its fleet is the one that waits on HTTP).
+CALLBACK_DELIVERY_TASK = "polar.callback.deliver"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     vt = settings.visibility_timeout_seconds
     return dict(
         broker_url=settings.require_redis(),
+        # The only place kombu reads it (Celery's own `visibility_timeout` key is read by nothing).
         broker_transport_options={"visibility_timeout": vt},
-        visibility_timeout=vt,
         broker_connection_retry_on_startup=True,
         task_queues=[Queue(s.queue) for s in Stage],
-        task_routes={s.task_name: {"queue": s.queue} for s in Stage},
+        task_routes={**{s.task_name: {"queue": s.queue} for s in Stage},
+                     CALLBACK_DELIVERY_TASK: {"queue": Stage.CALLBACK.queue}},
         task_default_queue=Stage.CALLBACK.queue,
         task_serializer="json",
         accept_content=["json"],
@@ -43,7 +47,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         task_acks_late=True,
         worker_prefetch_multiplier=1,
         worker_disable_prefetch=True,
-        task_acks_on_failure_or_timeout=True,
+        task_acks_on_failure=True,
+        task_acks_on_timeout=True,
         task_reject_on_worker_lost=False,
         # A killed child is retried (bounded by the task's max_retries), never looped.
         task_retry_on_worker_lost=True,
@@ -76,3 +81,12 @@ def __getattr__(name: str) -> Any:  # PEP 562: `celery -A pipeline.celery_app` a
 def dispatch(app: Celery, stage: Stage, session_id: str, **options: Any) -> None:
     """Enqueue one stage of one session (by task name; the worker fleet of that queue runs it)."""
     app.send_task(stage.task_name, args=[session_id], queue=stage.queue, **options)
+
+
+def dispatch_callback(app: Celery, task_id: str) -> None:
+    """Enqueue the delivery of a finished task's result to its callback_url."""
+    app.send_task(CALLBACK_DELIVERY_TASK, args=[task_id], queue=Stage.CALLBACK.queue)
+
+
+def stage_queues() -> list[str]:
+    return [s.queue for s in Stage]

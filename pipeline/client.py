@@ -12,6 +12,7 @@ session it has already yielded, so a re-published result is never trained on twi
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import OrderedDict
@@ -21,8 +22,8 @@ from typing import Any, Callable, Iterator
 
 import httpx
 
-from pipeline.results import ResultsStream, StreamEntry
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
+from pipeline.stores.results_stream import ResultsStream, StreamEntry
 
 
 class RolloutError(Exception):
@@ -36,7 +37,7 @@ class RolloutError(Exception):
 class Delivery:
     entry_id: str
     result: SessionResult
-    _ack: Callable[[], None]
+    _ack: Callable[[], object]
 
     def ack(self) -> None:
         self._ack()
@@ -95,7 +96,7 @@ class RolloutClient:
         delivered first (restart), then entries idle in dead consumers, then new ones."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
-        from pipeline.redis_conn import connect
+        from pipeline.stores.connection import connect
 
         stream = ResultsStream(connect(self.redis_url))
         stream.ensure_group(group)
@@ -110,7 +111,7 @@ class RolloutClient:
                 seen[e.session_id] = None
                 if len(seen) > dedupe_window:
                     seen.popitem(last=False)
-                yield Delivery(e.entry_id, e.result, lambda eid=e.entry_id: stream.ack(group, eid))
+                yield Delivery(e.entry_id, e.result, functools.partial(stream.ack, group, e.entry_id))
 
         yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
         yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms, count=1000))
@@ -128,7 +129,7 @@ class RolloutClient:
         far behind can be trimmed from the stream)."""
         if not self.redis_url:
             raise ValueError("lag() needs redis_url")
-        from pipeline.redis_conn import connect
+        from pipeline.stores.connection import connect
 
         return ResultsStream(connect(self.redis_url)).lag(group)
 

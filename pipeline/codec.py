@@ -35,3 +35,13 @@ def _wide_ints_as_text(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_wide_ints_as_text(v) for v in value]
     return value
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply as text (replies are bytes unless a client decodes them itself)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def blob(value: bytes | str) -> bytes:
+    """A Redis reply as bytes."""
+    return value.encode() if isinstance(value, str) else value

@@ -1,47 +1,71 @@
-"""One registry shape for every plug-in seam (builder, runtime, harness, evaluator, engine).
+"""One registry shape for every plug-in seam (builder, runtime, harness, evaluator, engine,
+provider): ``Registry[T]`` maps names to implementations of the seam's Protocol ``T``.
 
-A name resolves to a registered factory, or, when it looks like ``package.module:Name``, to
-that attribute imported on demand, so users plug in their own without touching this code.
+A name resolves to a registered item, or, when it looks like ``package.module:Name``, to that
+attribute loaded with ``pkgutil.resolve_name``, so users plug in their own without touching
+this code. Every failure is the seam's own error type (one per seam, see ``pipeline.errors``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Generic, TypeVar
+import pkgutil
+from typing import Any, Generic, Iterator, TypeVar
+
+from pipeline.errors import PolarError
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, error: type[Exception]) -> None:
+    def __init__(self, kind: str, error: type[PolarError]) -> None:
         self.kind = kind
         self.error = error
         self._items: dict[str, T] = {}
 
     def register(self, name: str, item: T) -> T:
+        if name in self._items and self._items[name] is not item:
+            raise self.error(f"{self.kind} {name!r} is registered twice")
         self._items[name] = item
         return item
 
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def __getitem__(self, name: str) -> T:
+        """A registered item (no import paths)."""
+        try:
+            return self._items[name]
+        except KeyError:
+            raise self.error(f"{self.kind} {name!r} is not registered") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """Registered items in registration order (detection order, for providers)."""
+        return iter(self._items.items())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
     def resolve(self, name: str) -> T:
         item = self._items.get(name)
         if item is not None:
             return item
         if ":" in name:
-            module, _, attr = name.partition(":")
             try:
-                return getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
+                resolved: T = pkgutil.resolve_name(name)
+                return resolved
+            except (ImportError, AttributeError, ValueError) as exc:
                 raise self.error(f"cannot import {self.kind} {name!r}: {exc}") from exc
         raise self.error(f"{self.kind} {name!r} is not available in this build "
                          f"(available: {', '.join(self.names())})")
 
-    def build(self, name: str, config: dict | None = None):
-        """Resolve and instantiate with ``config`` as keywords; a bad config is the seam's error."""
-        factory = self.resolve(name)
+    def build(self, name: str, config: dict[str, Any] | None = None) -> Any:
+        """Resolve a factory and call it with ``config`` as keywords; a bad config is the seam's
+        error."""
+        factory: Any = self.resolve(name)
         try:
-            return factory(**(config or {}))  # type: ignore[operator]
+            return factory(**(config or {}))
         except TypeError as exc:
             raise self.error(f"bad config for {self.kind} {name!r}: {exc}") from exc

@@ -1,67 +1,85 @@
-"""One settings object for every process (API, workers, proxy, CLI).
+"""One typed settings object for every process (API, workers, proxy, CLI).
 
-Values come from environment variables with the ``POLAR_`` prefix so that a launcher can hand
-the same configuration to every child process. Celery's visibility timeout in particular must
-be identical in every process that shares a Redis database (see ``celery_app``), which is why
-nothing reads these values from anywhere else.
+Values come from ``POLAR_*`` environment variables (and a ``.env`` file in the working
+directory), typed by pydantic-settings: ``POLAR_READY_CAPACITY=abc`` is an error naming the
+variable, and a ``POLAR_*`` variable that is not a setting (a typo such as
+``POLAR_READY_CAPACTY``) is refused by name instead of silently ignored. A launcher hands the
+same configuration to every child through ``to_env``. Celery's visibility timeout in
+particular must be identical in every process sharing a Redis database (``celery_app``).
+
+Nothing here reads the state of a running ``polar up``: only the CLI does that (``infra/cli``),
+so a production worker can never pick up a developer's stack.
 """
 
 from __future__ import annotations
 
-import json
+import difflib
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline.errors import ConfigError
+
 ENV_PREFIX = "POLAR_"
+
+# POLAR_* names that are not settings: what a runtime injects into an agent's environment, and
+# the reference model server's own launch variables.
+NOT_SETTINGS = frozenset({"POLAR_SESSION_ID", "POLAR_TASK_ID", "POLAR_INSTRUCTION", "POLAR_MODEL",
+                          "POLAR_SESSION_DIR", "POLAR_INSTRUCTION_FILE"})
+NOT_SETTINGS_PREFIXES = ("POLAR_REFSERVER_",)
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("POLAR_HOME") or Path.home() / ".polar")
+    return Path.home() / ".polar"
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
+    # An empty variable means "not set" (the default), as in the shell idiom VAR= command.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True,
+                                      env_ignore_empty=True, populate_by_name=True)
+
     # Redis. None means "not configured": `polar up` then starts an embedded server.
-    redis_url: str | None = None
-    # Where the CLI finds a running `polar up` (its URLs) and keeps runtimes/models.
-    home: Path = field(default_factory=default_home)
+    redis_url: str | None = Field(default=None, validation_alias=AliasChoices("POLAR_REDIS_URL", "REDIS_URL"))
+    # Runtimes, models and logs live here.
+    home: Path = Field(default_factory=default_home)
 
     # Services (URLs as seen by other processes).
     api_url: str = "http://127.0.0.1:8090"
     proxy_url: str = "http://127.0.0.1:8091"
-    upstream_url: str = "http://127.0.0.1:8092"
-    upstream_engine: str = "vllm"  # the inference server's dialect: "vllm" (SGLang planned)
+    upstream_url: str = "http://127.0.0.1:8092"  # comma-separated: several engine endpoints
+    upstream_engine: str = "vllm"  # the inference server's dialect (proxy.upstream registry)
     # When set, the proxy sends this model name upstream instead of the harness's.
     upstream_model: str | None = None
-    upstream_timeout_seconds: float = 3600.0
+    upstream_timeout_seconds: float = Field(default=3600.0, gt=0)
     policy_version: str | None = None
     # A streamed call whose engine answer takes longer than this starts its stream early and
     # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
-    stream_keepalive_seconds: float = 5.0
+    stream_keepalive_seconds: float = Field(default=5.0, gt=0)
     admin_token: str | None = None  # required as x-polar-admin-token on /admin/* when set
     # Per-request harness noise removed before the engine sees a prompt (see proxy/noise.py).
     noise_rules: str = "anthropic_billing_header"
     noise_patterns: str | None = None
 
     # Pipeline behaviour.
-    ready_capacity: int = 8
+    ready_capacity: int = Field(default=8, ge=1)
     # Kombu re-queues any message not acked within this many seconds, in *every* process on
     # the database (shortest wins), so it must exceed the longest stage by a wide margin.
-    visibility_timeout_seconds: int = 4 * 3600
-    stage_lease_seconds: int = 30
-    reaper_interval_seconds: float = 15.0  # how often workers look for stages whose worker died
-    cancel_poll_seconds: float = 0.25
-    inflight_drain_seconds: float = 5.0
+    visibility_timeout_seconds: int = Field(default=4 * 3600, gt=0)
+    stage_lease_seconds: float = Field(default=30, gt=0)
+    reaper_interval_seconds: float = Field(default=15.0, gt=0)  # how often workers look for lost stages
+    cancel_poll_seconds: float = Field(default=0.25, gt=0)
+    inflight_drain_seconds: float = Field(default=5.0, ge=0)
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
-    result_ttl_seconds: int = 24 * 3600  # terminal SessionResult, for polling
-    records_ttl_seconds: int = 3600  # raw completion records after the result is published
+    result_ttl_seconds: int = Field(default=24 * 3600, gt=0)  # terminal SessionResult, for polling
+    records_ttl_seconds: int = Field(default=3600, gt=0)  # raw completion records after publishing
     # Approximate trim; entries a trainer has not acked yet can be trimmed, so keep this far
     # above the worst consumer lag (watch XINFO GROUPS lag).
-    results_stream_maxlen: int = 10_000
-    callback_attempts: int = 4
-    max_request_bytes: int = 64 * 1024 * 1024
+    results_stream_maxlen: int = Field(default=10_000, gt=0)
+    callback_attempts: int = Field(default=4, ge=1)
+    max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
 
     @property
     def runtime_root(self) -> Path:
@@ -71,89 +89,63 @@ class Settings:
     def model_dir(self) -> Path:
         return self.home / "models" / "tiny-qwen2"
 
-    @property
-    def up_state_file(self) -> Path:
-        return self.home / "up.json"
-
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None:
-                continue
-            values[f.name] = _coerce(f.name, f.type, raw)
-        if "redis_url" not in values and env.get("REDIS_URL"):
-            values["redis_url"] = env["REDIS_URL"]
-        settings = cls(**values)
-        # A running `polar up` publishes its URLs; explicit env vars still win.
-        return settings.with_running_stack(env)
+        """Settings from the environment (default ``os.environ``) and ``.env``; every problem is a
+        ``ConfigError`` that names the variable."""
+        env = dict(os.environ if environ is None else environ)
+        check_variables(env)
+        try:
+            if environ is None:
+                return cls()
+            return cls.model_validate(_from_mapping(env))
+        except ValidationError as exc:
+            problems = "; ".join(f"{_variable(e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"invalid settings: {problems}") from None
 
-    def with_running_stack(self, env: Mapping[str, str]) -> "Settings":
-        state = read_up_state(self.up_state_file)
-        if not state:
-            return self
-        updates = {
-            k: v
-            for k, v in state.items()
-            if k in {"redis_url", "api_url", "proxy_url", "upstream_url"}
-            and (ENV_PREFIX + k.upper()) not in env
-            and not (k == "redis_url" and (self.redis_url or env.get("REDIS_URL")))
-        }
-        return replace(self, **updates) if updates else self
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with ``changes`` applied (validated like any other value)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
 
     def to_env(self) -> dict[str, str]:
         """Environment that reproduces these settings in a child process."""
-        out: dict[str, str] = {}
-        for k, v in asdict(self).items():
-            if v is None:
-                continue
-            out[ENV_PREFIX + k.upper()] = str(v)
-        return out
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in self.model_dump().items() if v is not None}
 
     def require_redis(self) -> str:
         if not self.redis_url:
-            raise RuntimeError(
-                "no Redis configured: set POLAR_REDIS_URL (or REDIS_URL), or start the whole "
-                "stack with an embedded Redis using `polar up`"
-            )
+            raise ConfigError("no Redis configured: set POLAR_REDIS_URL (or REDIS_URL), or start the whole "
+                              "stack with an embedded Redis using `polar up`")
         return self.redis_url
 
 
-def _coerce(name: str, annotation: Any, raw: str) -> Any:
-    kind = str(annotation)
-    try:
-        if "Path" in kind:
-            return Path(raw)
-        if kind.startswith("int"):
-            return int(raw)
-        if kind.startswith("float"):
-            return float(raw)
-        if "None" in kind and raw == "":
-            return None
-        return raw
-    except ValueError as exc:
-        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from None
+def setting_variables() -> set[str]:
+    return {ENV_PREFIX + name.upper() for name in Settings.model_fields}
 
 
-def read_up_state(path: Path) -> dict[str, Any] | None:
-    """The state file a running `polar up` writes; ignored when its process is gone."""
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
-        return None
-    return state
+def check_variables(env: Mapping[str, str]) -> None:
+    """Refuse ``POLAR_*`` variables that are not settings (a misspelling would otherwise be
+    silently ignored), with the closest setting suggested."""
+    known = setting_variables()
+    unknown = sorted(name for name in env if name.startswith(ENV_PREFIX) and name not in known
+                     and name not in NOT_SETTINGS and not name.startswith(NOT_SETTINGS_PREFIXES))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        raise ConfigError(f"unknown setting variable(s): {', '.join(hints)}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _from_mapping(env: Mapping[str, str]) -> dict[str, str]:
+    out = {}
+    for name in Settings.model_fields:
+        value = env.get(ENV_PREFIX + name.upper())
+        if value:
+            out[name] = value
+    if "redis_url" not in out and env.get("REDIS_URL"):
+        out["redis_url"] = env["REDIS_URL"]
+    return out
+
+
+def _variable(loc: tuple[Any, ...]) -> str:
+    return ENV_PREFIX + str(loc[0]).upper() if loc else "settings"

@@ -15,17 +15,15 @@ import orjson
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from pipeline.redis_conn import connect
 from pipeline.settings import Settings
-from proxy import models
-from proxy.detection import Route, detect
-from proxy.errors import (
-    BadRequest, NotFound, PayloadTooLarge, ProxyError, UnsupportedEndpoint, UpstreamError,
-)
+from pipeline.stores import Stores
+from pipeline.stores.connection import connect
+from proxy.detection import detect
+from proxy.errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, UnsupportedEndpoint, UpstreamError
 from proxy.gateway import Call, Gateway
-from proxy.providers import PROVIDERS, Provider
-from proxy.providers import anthropic, google
+from proxy.providers import DEFAULT, PROVIDERS, Provider, Route
 from proxy.sessions import session_id_from
+from proxy.upstream import UpstreamTransport
 
 log = logging.getLogger("polar.proxy")
 try:
@@ -38,19 +36,19 @@ METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, transport: UpstreamTransport | None = None) -> Flask:
+    """The proxy app; ``transport`` replaces the HTTP client to the engine (tests: in-process)."""
     settings = settings or Settings.from_env()
     app = Flask("polar.proxy", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
-    r = connect(settings)
-    gw = Gateway(settings, r)
+    gw = Gateway(settings, Stores.open(connect(settings), settings), transport)
 
     @app.route("/", defaults={"path": ""}, methods=METHODS)
     @app.route("/<path:path>", methods=METHODS)
     @app.route("/s/<sid>", defaults={"path": ""}, methods=METHODS, strict_slashes=False)
     @app.route("/s/<sid>/<path:path>", methods=METHODS)
     def dispatch(path: str, sid: str | None = None) -> Any:
-        g.provider = PROVIDERS["openai_chat"]
+        g.provider = PROVIDERS[DEFAULT]
         if request.method == "HEAD":  # Claude Code's preflight of its base URL
             return _json({"status": "ok"})
         route = detect(request.method, "/" + path, request.headers)
@@ -60,16 +58,18 @@ def create_app(settings: Settings | None = None) -> Flask:
             route = detect(request.method, "/" + path, request.headers, body)
         if route is None:
             raise UnsupportedEndpoint(f"{request.method} /{path} is not served by this proxy")
-        g.provider = PROVIDERS[route.provider]
+        provider = g.provider = PROVIDERS[route.provider]
         if route.kind == "health":
             return _json({"status": "ok"})
         if route.kind in ("models", "model"):
-            return _models(gw, route)
+            return _models(gw, provider, route)
         session_id = session_id_from(sid, request.headers, request.args)
-        if route.kind == "get_response":
-            return _stored_response(gw, session_id, route)
+        if route.kind == "stored":
+            return _json(provider.stored(route, gw.scope(gw.gate.check(session_id))))
         if route.kind == "count_tokens":
-            return _count_tokens(gw, route, session_id, body if body is not None else _json_body())
+            gw.gate.check(session_id)
+            chat = provider.count_tokens_chat(body if body is not None else _json_body(), route)
+            return _json(provider.count_tokens_response(gw.count_tokens(chat)))
         return _generate(gw, settings, route, session_id, body)
 
     @app.post("/admin/pause")
@@ -89,14 +89,14 @@ def create_app(settings: Settings | None = None) -> Flask:
         return _json(gw.control.status())
 
     @app.errorhandler(ProxyError)
-    def proxy_error(err: ProxyError) -> tuple[Response, int]:
+    def proxy_error(err: ProxyError) -> Response:
         if err.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, err.message)
-        provider: Provider = getattr(g, "provider", PROVIDERS["openai_chat"])
+        provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
         return _json(provider.error(err), err.status)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:
+    def http_error(exc: HTTPException) -> Response:
         if isinstance(exc, RequestEntityTooLarge):
             return proxy_error(PayloadTooLarge(f"request body exceeds {settings.max_request_bytes} bytes"))
         err = BadRequest(exc.description or str(exc))
@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         return proxy_error(err)
 
     @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> tuple[Response, int]:
+    def unexpected(exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.path)
         return proxy_error(UpstreamError(f"internal proxy error: {type(exc).__name__}"))
 
@@ -115,28 +115,27 @@ def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | N
     provider: Provider = g.provider
     seq, version = gw.admit(session_id)
     assert session_id is not None
+    scope = gw.scope(session_id, request.args)
     started = time.time()
     try:
         body = body if body is not None else _json_body()
-        history = gw.history(session_id, body) if provider.name == "openai_responses" else None
-        parsed = _parse(provider, body, route, history)
+        parsed = _parse(provider, body, route, provider.context(body, scope))
     except ProxyError as err:
         gw.fail(session_id, provider.name, err, body, started)
         raise
     except BaseException:
         gw.abandon(session_id)
         raise
-    call = Call(session_id, seq, version, provider, parsed, body, started)
+    call = Call(session_id, seq, version, provider, parsed, body, started, scope)
     if not parsed.stream:
         _, response = gw.complete(call)
         return _json(response)
     return _stream(gw, call, settings.stream_keepalive_seconds)
 
 
-def _parse(provider: Provider, body: Any, route: Route, history: Any) -> Any:
+def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
     try:
-        return provider.parse(body, path_model=route.model, stream=route.stream, history=history,
-                              sse=request.args.get("alt") == "sse")
+        return provider.parse(body, path_model=route.model, stream=route.stream, **context)
     except ProxyError:
         raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
@@ -211,35 +210,16 @@ class _Job:
         return self._value
 
 
-def _models(gw: Gateway, route: Route) -> Response:
-    upstream = gw.pool.get_json("/v1/models")
+def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
+    cards = [m for m in gw.pool.get_json("/v1/models").get("data") or [] if isinstance(m, dict) and m.get("id")]
     if route.kind == "models":
-        return _json(models.listing(route.provider, upstream))
-    found = models.one(route.provider, upstream, route.model or "")
-    if found is None:
-        err = NotFound(f"model {route.model!r} not found")
-        err.code = "model_not_found"
-        raise err
-    return _json(found)
-
-
-def _stored_response(gw: Gateway, session_id: str | None, route: Route) -> Response:
-    gw.gate.check(session_id)
-    stored = gw.responses.load(session_id or "", route.item_id or "")
-    if stored is None:
-        err = NotFound(f"No response found with id '{route.item_id}'.")
-        err.code = "response_not_found"
-        raise err
-    return _json(stored["response"])
-
-
-def _count_tokens(gw: Gateway, route: Route, session_id: str | None, body: Any) -> Response:
-    gw.gate.check(session_id)
-    if route.provider == "google":
-        chat, _ = google.to_chat(body, route.model)
-        return _json({"totalTokens": gw.count_tokens(chat)})
-    chat, _ = anthropic.to_chat(body, need_max_tokens=False)
-    return _json({"input_tokens": gw.count_tokens(chat)})
+        return _json(provider.models(cards))
+    for card in cards:
+        if card["id"] == route.model:
+            return _json(provider.model(card))
+    err = NotFound(f"model {route.model!r} not found")
+    err.code = "model_not_found"
+    raise err
 
 
 def _admin(settings: Settings) -> None:

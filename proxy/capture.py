@@ -13,7 +13,7 @@ _BULKY = ("prompt_token_ids", "prompt_logprobs", "sglext")
 _BULKY_CHOICE = ("token_ids", "logprobs", "prompt_token_ids", "response_token_ids", "meta_info")
 
 
-def build_record(*, session_id: str, seq: int, provider: str, stream: bool, captured: Captured,
+def build_record(*, session_id: str, seq: int, provider: str, stream: bool, model: str | None, captured: Captured,
                  original: dict[str, Any], normalized: dict[str, Any], upstream: dict[str, Any],
                  response_message: dict[str, Any], started_at: float, finished_at: float,
                  latency_ms: float, upstream_url: str, policy_version: str | None,
@@ -27,7 +27,7 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, capt
         "seq": seq,
         "provider": provider,
         "stream": stream,
-        "model": original.get("model"),
+        "model": model if model is not None else original.get("model"),  # Gemini names it in the path
         "upstream_model": normalized.get("model"),
         "upstream_url": upstream_url,
         "policy_version": policy_version,

@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+from pipeline.errors import PolarError
 
-class ProxyError(Exception):
+
+class ProxyError(PolarError):
     status = 500
     type = "api_error"
     code: str | None = None

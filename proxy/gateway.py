@@ -1,6 +1,7 @@
 """One model call, end to end: admission (session gate + pause gate, one Redis round trip) ->
 engine dialect -> endpoint pool -> capture -> the caller's response -> release (one round
-trip, with the record). The only module besides ``app`` that does I/O."""
+trip, with the record). The only module besides ``app`` that does I/O; Redis is reached
+through the ``pipeline`` stores' commands."""
 
 from __future__ import annotations
 
@@ -8,20 +9,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from pipeline import keys
 from pipeline.settings import Settings
+from pipeline.stores import Stores
 from proxy import noise, upstream
 from proxy.capture import build_error_record, build_record
 from proxy.control import Control
-from proxy.errors import BadRequest, ProxyError, UpstreamError
+from proxy.errors import ProxyError, UpstreamError
 from proxy.hot_redis import HotRedis, NoScript
-from proxy.providers import Parsed, Provider, Turn, turn_from_chat
+from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
-from proxy.providers.openai_responses import stored_conversation
-from proxy.response_store import ResponseStore
 from proxy.sessions import SessionGate
+from proxy.upstream import UpstreamTransport
 
 
 @dataclass
@@ -33,19 +31,22 @@ class Call:
     parsed: Parsed
     original: dict[str, Any]
     started: float
+    scope: ProviderScope
 
 
 class Gateway:
-    def __init__(self, settings: Settings, r: redis.Redis) -> None:
+    def __init__(self, settings: Settings, stores: Stores, transport: UpstreamTransport | None = None) -> None:
         self.settings = settings
-        self._r = r
-        self.gate = SessionGate(r, settings.result_ttl_seconds)
+        self.stores = stores
+        self.gate = SessionGate(stores.sessions)
         self.engine = upstream.create(settings.upstream_engine)
-        self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds)
-        self.control = Control(r, settings.policy_version)
-        self.responses = ResponseStore(r, settings.result_ttl_seconds)
+        self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds, transport)
+        self.control = Control(stores.proxy_control, settings.policy_version)
         self.hot = HotRedis(settings.require_redis())  # the two round trips of every call
         self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
+
+    def scope(self, session_id: str, query: Any = None) -> ProviderScope:
+        return ProviderScope(session_id, self.stores.responses, query if query is not None else {})
 
     # --- admission and release -----------------------------------------------------------------
 
@@ -71,35 +72,23 @@ class Gateway:
         try:
             return seq, self.control.entered(enter, self.settings.upstream_timeout_seconds)
         except ProxyError as err:
-            self._release(session_id or "", None, None, entered=False)
+            self._release(session_id or "", [], entered=False)
             raise err
 
-    def _release(self, sid: str, key: str | None, record: bytes | None, entered: bool = True) -> None:
-        self.hot.pipeline([*self.gate.end_commands(sid, key, record), *(Control.EXIT if entered else ())])
+    def _release(self, sid: str, record_commands: list[tuple[Any, ...]], entered: bool = True) -> None:
+        self.hot.pipeline([*record_commands, *self.gate.end_commands(sid), *(Control.EXIT if entered else ())])
 
     def fail(self, sid: str, provider: str, err: ProxyError, original: Any, started: float) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""
-        self._release(sid, keys.session_errors(sid), build_error_record(
+        self._release(sid, self.stores.records.append_error_commands(sid, build_error_record(
             session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
-            started_at=started, finished_at=time.time()))
+            started_at=started, finished_at=time.time())))
 
     def abandon(self, sid: str) -> None:
-        self._release(sid, None, None)
+        self._release(sid, [])
 
     # --- the call ------------------------------------------------------------------------------
-
-    def history(self, session_id: str, body: Any) -> list[dict[str, Any]] | None:
-        """The stored conversation a Responses request continues (``previous_response_id``)."""
-        prev = body.get("previous_response_id") if isinstance(body, dict) else None
-        if prev is None:
-            return None
-        stored = self.responses.load(session_id, str(prev))
-        if stored is None:
-            err = BadRequest(f"Previous response with id '{prev}' not found.", param="previous_response_id")
-            err.code = "previous_response_not_found"
-            raise err
-        return stored["conversation"]
 
     def complete(self, call: Call) -> tuple[Turn, dict[str, Any]]:
         """Run an admitted call and release it on every path (also when a stream's client has
@@ -113,7 +102,7 @@ class Gateway:
             t0 = time.perf_counter()
             raw, base = self.pool.post_json(
                 "/v1/chat/completions",
-                self.engine.prepare(chat, top_logprobs=int(parsed.extra.get("top_logprobs", 0))),
+                self.engine.prepare(chat, top_logprobs=parsed.top_logprobs),
                 affinity=sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
             try:
@@ -124,7 +113,7 @@ class Gateway:
             response = call.provider.render(turn, parsed)
             sampled = assistant_message(turn)
             record = build_record(
-                session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream,
+                session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream, model=parsed.model,
                 captured=captured, original=call.original, normalized=chat, upstream=raw,
                 response_message=sampled, started_at=call.started, finished_at=time.time(),
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
@@ -135,9 +124,8 @@ class Gateway:
         except BaseException:
             self.abandon(sid)
             raise
-        self._release(sid, keys.session_completions(sid), record)
-        if call.provider.name == "openai_responses" and parsed.extra.get("store"):
-            self.responses.save(sid, response, stored_conversation(parsed, sampled))
+        self._release(sid, self.stores.records.append_completion_commands(sid, record))
+        call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
 
     def count_tokens(self, chat: dict[str, Any]) -> int:

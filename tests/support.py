@@ -7,8 +7,8 @@ import time
 import redis
 
 from pipeline.schemas import SessionSpec, TaskRequest
-from pipeline.sessions import SessionStore
 from pipeline.status import SessionStatus
+from pipeline.stores.sessions import SessionStore
 
 
 def running_session(redis_url: str, **task: object) -> str:

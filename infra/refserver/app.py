@@ -19,8 +19,17 @@ from .dialects import ChatResult, get_dialect, lp, prompt_logprobs, tok, usage
 from .engine import Generation, ModelEngine
 from .hermes import parse_tool_calls
 from .params import (
-    MAX_LOGPROBS, APIError, body_json, get_bool, get_int, int_list, prompt_logprobs_k, render_args,
-    resolve_max_tokens, sampling_args, validate_tools,
+    MAX_LOGPROBS,
+    APIError,
+    body_json,
+    get_bool,
+    get_int,
+    int_list,
+    prompt_logprobs_k,
+    render_args,
+    resolve_max_tokens,
+    sampling_args,
+    validate_tools,
 )
 from .policy import ScriptedPolicy
 from .reasoning import split_reasoning
@@ -201,6 +210,38 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
             choice["token_ids"] = gen.token_ids
         return _ok({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                     "model": model, "choices": [choice], "usage": usage(len(prompt_ids), len(gen.token_ids))})
+
+    @app.post("/generate")
+    def generate():
+        """SGLang's native API (token ids in, ``meta_info`` logprob tuples out): what the verifier
+        scores with under the SGLang engine (``logprob_start_len`` 0 = every input token)."""
+        body = body_json()
+        ids = body.get("input_ids")
+        if isinstance(body.get("text"), str) and ids is None:
+            ids = engine.tokenize_text(body["text"], True)
+        ids = int_list(ids, "input_ids")
+        if not ids:
+            raise APIError("'input_ids' must be a non-empty list of token ids")
+        engine.check_token_ids(ids)
+        params = body.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise APIError("'sampling_params' must be an object")
+        limit = resolve_max_tokens(engine, len(ids), get_int(params, "max_new_tokens", 128, 0), engine.max_model_len)
+        sampling = sampling_args(params, engine)
+        gen = (engine.generate(ids, max_tokens=limit, **sampling) if limit > 0
+               else Generation([], [], "length", None, "", None))
+        meta: dict = {"id": uuid.uuid4().hex, "prompt_tokens": len(ids), "completion_tokens": len(gen.token_ids),
+                      "finish_reason": ({"type": "length", "length": limit} if gen.finish_reason == "length"
+                                        else {"type": "stop", "matched": gen.stop_reason})}
+        if get_bool(body, "return_logprob", False):
+            start = get_int(body, "logprob_start_len", -1)
+            if start >= 0:
+                scored = engine.score(ids, max(1, start)) if len(ids) > max(1, start) else []
+                values = ([None] if start == 0 else []) + scored
+                meta["input_token_logprobs"] = [[None if v is None else lp(v), t, None]
+                                                for v, t in zip(values, ids[start:])]
+            meta["output_token_logprobs"] = [[lp(v), t, None] for v, t in zip(gen.logprobs, gen.token_ids)]
+        return _ok({"text": gen.text, "output_ids": gen.token_ids, "meta_info": meta})
 
     @app.post("/tokenize")
     def tokenize():

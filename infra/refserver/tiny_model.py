@@ -169,6 +169,7 @@ def _write_build(tmp: Path, seed: int) -> None:
     model.save_pretrained(str(tmp), safe_serialization=True)
 
     import platform
+
     import tokenizers
     import transformers
     meta = {

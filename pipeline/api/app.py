@@ -15,14 +15,14 @@ from flask import Flask, Response, jsonify, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from pipeline.celery_app import dispatch, make_app
-from pipeline.ready_buffer import ReadyBuffer
-from pipeline.redis_conn import connect
+from pipeline.celery_app import dispatch, make_app, stage_queues
+from pipeline.errors import TaskExists, TaskNotFound
 from pipeline.schemas import TaskRequest
-from pipeline.sessions import SessionStore
 from pipeline.settings import Settings
 from pipeline.status import Stage
-from pipeline.tasks import TaskExists, TaskNotFound, TaskStore
+from pipeline.stores import Stores
+from pipeline.stores.connection import connect
+from pipeline.stores.queues import queue_depths
 
 log = logging.getLogger("polar.api")
 
@@ -38,9 +38,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask("polar.api", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     r = connect(settings)
-    sessions = SessionStore(r, settings.result_ttl_seconds)
-    ready = ReadyBuffer(r, settings.ready_capacity)
-    tasks = TaskStore(r, sessions, ready, settings.result_ttl_seconds)
+    stores = Stores.open(r, settings)
+    tasks, ready = stores.tasks, stores.ready
     celery = make_app(settings)
 
     @app.post("/rollout/task/submit")
@@ -67,21 +66,20 @@ def create_app(settings: Settings | None = None) -> Flask:
     @app.delete("/rollout/task/<path:task_id>")
     def cancel_task(task_id: str) -> Response:
         try:
-            counts = tasks.cancel(task_id, celery)
+            moved, flagged = tasks.cancel(task_id)
         except TaskNotFound:
             raise ApiError(404, "not_found", f"unknown task {task_id!r}") from None
-        return jsonify({"task_id": task_id, "status": "cancelling", **counts})
+        for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
+            dispatch(celery, Stage.POSTRUN, sid)
+        return jsonify({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
+                        "flagged": flagged})
 
     @app.get("/rollout/status")
     def pipeline_status() -> Response:
-        pipe = r.pipeline(transaction=False)
-        for s in Stage:
-            pipe.llen(s.queue)
-        depths = dict(zip([s.queue for s in Stage], pipe.execute()))
         out: dict[str, Any] = {
             "tasks": tasks.state_counts(),
             "recent_tasks": tasks.recent(20),
-            "queues": depths,
+            "queues": queue_depths(r, stage_queues()),
             "ready": ready.snapshot(),
         }
         if request.args.get("workers", "1") not in ("0", "false", "no"):

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.builders.base import BuildContext, BuildError, TrajectoryBuilder
+from pipeline.builders.base import BuildContext, TrajectoryBuilder
 from pipeline.builders.per_request import PerRequestBuilder
 from pipeline.builders.prefix_merging import PrefixMergingBuilder
+from pipeline.errors import BuildError
 from pipeline.registry import Registry
 
-REGISTRY: Registry[Any] = Registry("builder", BuildError)
-for _cls in (PerRequestBuilder, PrefixMergingBuilder):
-    REGISTRY.register(_cls.name, _cls)
+# Adding a builder: write its module (see ``base.TrajectoryBuilder``), add one line below.
+BUILDERS: Registry[type[TrajectoryBuilder]] = Registry("builder", BuildError)
+BUILDERS.register("per_request", PerRequestBuilder)
+BUILDERS.register("prefix_merging", PrefixMergingBuilder)
 
 
 def create(strategy: str, config: dict[str, Any] | None = None) -> TrajectoryBuilder:
-    return REGISTRY.build(strategy, config)
+    builder: TrajectoryBuilder = BUILDERS.build(strategy, config)
+    return builder
 
 
-__all__ = ["REGISTRY", "BuildContext", "BuildError", "TrajectoryBuilder", "create"]
+__all__ = ["BUILDERS", "BuildContext", "BuildError", "TrajectoryBuilder", "create"]

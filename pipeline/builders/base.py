@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pipeline.errors import BuildError  # noqa: F401  (the seam's error, re-exported)
 from pipeline.schemas import CompletionRecord, Trajectory
 
 
@@ -17,14 +18,10 @@ class BuildContext:
 
     def trace_metadata(self, builder: str, **extra: Any) -> dict[str, Any]:
         """Provenance every trace carries (the trainer groups and filters on these)."""
-        carried = {k: self.metadata[k] for k in ("group_id", "policy_version", "rollout_step")
-                   if k in self.metadata}
+        carried: dict[str, Any] = {k: self.metadata[k] for k in ("group_id", "policy_version", "rollout_step")
+                                   if k in self.metadata}
         return {"session_id": self.session_id, "task_id": self.task_id, "builder": builder,
                 "harness": self.harness, **carried, **extra}
-
-
-class BuildError(Exception):
-    """The completions cannot be turned into a trajectory (reported as a session error)."""
 
 
 @runtime_checkable

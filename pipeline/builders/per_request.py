@@ -23,7 +23,7 @@ class PerRequestBuilder:
         return Trajectory(traces=traces, metadata={"builder": self.name, "completions": len(ordered)})
 
     def _trace(self, c: CompletionRecord, ctx: BuildContext) -> Trace:
-        tokens = c.response_tokens or [None] * len(c.response_ids)
+        tokens: list[str | None] = list(c.response_tokens) if c.response_tokens else [None] * len(c.response_ids)
         req = c.normalized_request
         return Trace(
             prompt_ids=list(c.prompt_ids),

@@ -98,7 +98,7 @@ class PrefixMergingBuilder:
         for c in ordered:
             key = _key(c.prompt_ids)
             chain = None if eot is None else _best_chain(chains, c, key, eot)
-            if chain is None or not self._extend(chain, c, key, eot, stats):
+            if chain is None or eot is None or not self._extend(chain, c, key, eot, stats):
                 chains.append(_Chain.start(c, key))
         stats.chains_total = len(chains)
         stats.completions_merged = stats.completions_total - stats.chains_total

@@ -14,8 +14,23 @@ from typing import Any
 
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, assistant_history_message, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
-    signature_for, stop_list, text_of,
+    Headers,
+    Parsed,
+    ProviderBase,
+    Route,
+    Turn,
+    assistant_history_message,
+    data_url,
+    function_tool,
+    new_id,
+    opt_int,
+    opt_number,
+    require_object,
+    root_generate,
+    shared_models_route,
+    signature_for,
+    stop_list,
+    text_of,
 )
 from proxy.sse import named_event
 
@@ -217,8 +232,44 @@ def content_blocks(turn: Turn) -> list[dict[str, Any]]:
     return blocks
 
 
-class Anthropic:
+class Anthropic(ProviderBase):
     name = NAME
+
+    def match(self, method: str, path: str) -> Route | None:
+        if method == "POST" and path.endswith("/messages/count_tokens"):
+            return Route("count_tokens", NAME)
+        if method == "POST" and path in ("/v1/messages", "/messages"):
+            return Route("generate", NAME)
+        return shared_models_route(method, path, NAME) or root_generate(method, path, NAME)
+
+    def claims_headers(self, headers: Headers) -> bool:
+        return bool(headers.get("anthropic-version") or headers.get("anthropic-beta"))
+
+    def claims_body(self, body: Any) -> bool:
+        """Messages with something only Anthropic's API has (system, stop_sequences, content blocks
+        of tool_use / tool_result / thinking); plain messages are OpenAI Chat's."""
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return False
+        if "system" in body or "stop_sequences" in body:
+            return True
+        return any(isinstance(m, dict) and isinstance(m.get("content"), list)
+                   and any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking")
+                           for b in m["content"]) for m in body["messages"])
+
+    def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
+        data = [self.model(m) for m in models]
+        return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None}
+
+    def model(self, card: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "model", "id": card["id"], "display_name": card["id"], "created_at": "1970-01-01T00:00:00Z",
+                "max_input_tokens": card.get("max_model_len")}
+
+    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+        return to_chat(body, need_max_tokens=False)[0]
+
+    def count_tokens_response(self, count: int) -> dict[str, Any]:
+        return {"input_tokens": count}
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat, extra = to_chat(body)

@@ -1,10 +1,15 @@
-"""What every provider module shares: the parsed request, the engine's assistant turn in a
-provider-neutral shape, and the small helpers the four translations have in common.
+"""What every provider module shares: the seam (``Provider``), the route a request takes, the
+parsed request, the engine's assistant turn in a provider-neutral shape, and the small helpers
+the four translations have in common.
 
-A provider is pure (no I/O): ``parse`` turns the harness's request into an OpenAI Chat request
-for the engine, ``render`` turns the engine's answer into the harness's response, ``stream``
-writes the same answer as the harness's own event grammar, ``error`` renders a ProxyError in
-the harness's error shape.
+A provider module owns everything about its API: which paths it serves and how it recognises
+a bare base-URL call (``match``, ``claims_headers``, ``claims_body``), ``parse`` (the harness's
+request -> an OpenAI Chat request for the engine), ``render`` (the engine's answer -> the
+harness's response), ``stream`` (the same answer in the API's own event grammar), ``error``
+(a ProxyError in the API's error shape), its model listing and token counting, and per-session
+state (``context`` before a call, ``completed`` after it, ``stored`` reads). Everything but the
+three session hooks is pure; the hooks reach Redis only through the ``ProviderScope`` they get.
+Adding a provider is one module plus one line in ``proxy/providers/__init__.py``.
 """
 
 from __future__ import annotations
@@ -15,9 +20,38 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
-from proxy.errors import BadRequest, ProxyError
+from pipeline.stores.responses import ResponseStore
+from proxy.errors import BadRequest, ProxyError, UnsupportedEndpoint
+
+ROOT_PATHS = ("/", "/v1")  # a bare base URL: the API is told by headers, then body
+
+
+class Headers(Protocol):
+    """Request headers, case-insensitive (werkzeug's, or a dict with lower-case names)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes: ``kind`` is generate | count_tokens | models | model | stored."""
+
+    kind: str
+    provider: str
+    model: str | None = None  # a Google path names the model
+    stream: bool = False  # a Google path decides streaming
+    item_id: str | None = None  # a stored object's id (Responses)
+
+
+@dataclass(frozen=True)
+class ProviderScope:
+    """The per-session state a provider may keep, and the call's query parameters."""
+
+    session_id: str
+    responses: ResponseStore
+    query: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -27,7 +61,8 @@ class Parsed:
     chat: dict[str, Any]  # OpenAI Chat Completions request for the engine (no capture fields)
     stream: bool
     model: str | None  # the model name the harness asked for (echoed back)
-    extra: dict[str, Any] = field(default_factory=dict)  # provider-specific context
+    top_logprobs: int = 0  # alternatives per sampled token the caller asked for
+    extra: dict[str, Any] = field(default_factory=dict)  # read only by the provider that wrote it
 
 
 @dataclass
@@ -117,14 +152,98 @@ class StreamWriter(Protocol):
 class Provider(Protocol):
     name: str
 
-    def parse(self, body: Any, **context: Any) -> Parsed:
-        """``context``: ``path_model``/``stream`` (from a Google path), ``history`` (Responses)."""
+    def match(self, method: str, path: str) -> Route | None:
+        """The route of a request by its path (``/s/<key>`` removed), if this API serves it."""
+
+    def claims_headers(self, headers: Headers) -> bool:
+        """Whether the headers say a shared path (bare base URL, ``/v1/models``) is this API."""
+
+    def claims_body(self, body: Any) -> bool:
+        """Whether a bare base-URL POST body is this API's request."""
+
+    def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False,
+              **context: Any) -> Parsed:
+        """``path_model``/``stream`` come from the route; ``context`` from ``context()``."""
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]: ...
 
     def stream(self, parsed: Parsed) -> StreamWriter: ...
 
     def error(self, err: ProxyError) -> dict[str, Any]: ...
+
+    def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
+        """The engine's model cards (OpenAI shape) as this API lists models."""
+
+    def model(self, card: dict[str, Any]) -> dict[str, Any]: ...
+
+    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+        """The chat request whose prompt a count-tokens call measures."""
+
+    def count_tokens_response(self, count: int) -> dict[str, Any]: ...
+
+    def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
+        """Extra ``parse`` keywords from per-session state (Responses: the stored history)."""
+
+    def completed(self, parsed: Parsed, response: dict[str, Any], sampled: dict[str, Any],
+                  scope: ProviderScope) -> None:
+        """After a recorded call: keep whatever the API's later calls may refer to."""
+
+    def stored(self, route: Route, scope: ProviderScope) -> dict[str, Any]:
+        """A stored object (Responses: ``GET /v1/responses/{id}``)."""
+
+
+class ProviderBase:
+    """Defaults for the optional parts of ``Provider``: no shared-path claims, OpenAI-shaped
+    model listings, no token counting, no per-session state."""
+
+    name: str
+
+    def claims_headers(self, headers: Headers) -> bool:
+        return False
+
+    def claims_body(self, body: Any) -> bool:
+        return False
+
+    def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"object": "list", "data": models}
+
+    def model(self, card: dict[str, Any]) -> dict[str, Any]:
+        return dict(card)
+
+    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+        raise UnsupportedEndpoint(f"{self.name} has no count-tokens endpoint")
+
+    def count_tokens_response(self, count: int) -> dict[str, Any]:
+        return {"count": count}
+
+    def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
+        return {}
+
+    def completed(self, parsed: Parsed, response: dict[str, Any], sampled: dict[str, Any],
+                  scope: ProviderScope) -> None:
+        return None
+
+    def stored(self, route: Route, scope: ProviderScope) -> dict[str, Any]:
+        raise UnsupportedEndpoint(f"{self.name} stores nothing")
+
+
+def root_generate(method: str, path: str, name: str) -> Route | None:
+    """A POST to a bare base URL is a candidate generate call of every API."""
+    return Route("generate", name) if method == "POST" and path in ROOT_PATHS else None
+
+
+def shared_models_route(method: str, path: str, name: str) -> Route | None:
+    """``GET /v1/models`` and ``/v1/models/{id}``: asked by OpenAI, Anthropic and Gemini clients
+    alike; the caller's headers say whose listing shape it wants."""
+    if method != "GET":
+        return None
+    if path in ("/v1/models", "/models"):
+        return Route("models", name)
+    for prefix in ("/v1/models/", "/models/"):
+        rest = path[len(prefix):]
+        if path.startswith(prefix) and rest and "/" not in rest and ":" not in rest:
+            return Route("model", name, model=rest)
+    return None
 
 
 # --- helpers -----------------------------------------------------------------------------------

@@ -10,18 +10,37 @@ subset, upper-case types) or ``parametersJsonSchema``, ``toolConfig`` and ``gene
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
 from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, assistant_history_message, Turn, data_url, function_tool, new_id, opt_int, opt_number, require_object,
-    signature_for, stop_list,
+    Headers,
+    Parsed,
+    ProviderBase,
+    ProviderScope,
+    Route,
+    Turn,
+    assistant_history_message,
+    data_url,
+    function_tool,
+    new_id,
+    opt_int,
+    opt_number,
+    require_object,
+    root_generate,
+    shared_models_route,
+    signature_for,
+    stop_list,
 )
 from proxy.sse import data_event
 
 NAME = "google"
+_CALL = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/(?P<model>[^/:]+):"
+                   r"(?P<method>generateContent|streamGenerateContent|countTokens)$")
+_MODELS = re.compile(r"^/(?:v1beta|v1alpha)/models(?:/(?P<model>[^/:]+))?$")
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
            504: "DEADLINE_EXCEEDED"}
@@ -78,7 +97,7 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if cfg.get("responseMimeType") == "application/json":
         chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": _schema(schema)}}
                                    if isinstance(schema, dict) else {"type": "json_object"})
-    thinking = cfg.get("thinkingConfig") if isinstance(cfg.get("thinkingConfig"), dict) else {}
+    thinking: dict[str, Any] = cfg["thinkingConfig"] if isinstance(cfg.get("thinkingConfig"), dict) else {}
     if thinking.get("thinkingBudget") == 0:
         chat["chat_template_kwargs"] = {"enable_thinking": False}
     elif thinking:
@@ -131,7 +150,9 @@ def _content(content: Any, i: int, pending: dict[str, list[str]]) -> list[dict[s
 
 
 def _model_turn(parts: list[Any], where: str, i: int, pending: dict[str, list[str]]) -> dict[str, Any]:
-    text, reasoning, calls = [], [], []
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
     for j, p in enumerate(parts):
         if not isinstance(p, dict):
             raise BadRequest(f"{where}.parts[{j}] must be an object", param=f"{where}.parts[{j}]")
@@ -235,8 +256,42 @@ def parts(turn: Turn, include_thoughts: bool) -> list[dict[str, Any]]:
     return out
 
 
-class Google:
+class Google(ProviderBase):
     name = NAME
+
+    def match(self, method: str, path: str) -> Route | None:
+        m = _CALL.match(path)
+        if m:
+            kind = "count_tokens" if m["method"] == "countTokens" else "generate"
+            return Route(kind, NAME, model=m["model"], stream=m["method"] == "streamGenerateContent")
+        m = _MODELS.match(path)
+        if m and method == "GET":
+            return Route("model" if m["model"] else "models", NAME, model=m["model"])
+        return shared_models_route(method, path, NAME) or root_generate(method, path, NAME)
+
+    def claims_headers(self, headers: Headers) -> bool:
+        return bool(headers.get("x-goog-api-key") or headers.get("x-goog-api-client"))
+
+    def claims_body(self, body: Any) -> bool:
+        return isinstance(body, dict) and "contents" in body
+
+    def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"models": [self.model(m) for m in models]}
+
+    def model(self, card: dict[str, Any]) -> dict[str, Any]:
+        return {"name": f"models/{card['id']}", "baseModelId": card["id"], "version": "1", "displayName": card["id"],
+                "inputTokenLimit": card.get("max_model_len"), "outputTokenLimit": card.get("max_model_len"),
+                "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
+
+    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+        return to_chat(body, route.model)[0]
+
+    def count_tokens_response(self, count: int) -> dict[str, Any]:
+        return {"totalTokens": count}
+
+    def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
+        # Without ?alt=sse a streamed answer is one JSON array (the REST default).
+        return {"sse": scope.query.get("alt") == "sse"}
 
     def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False, sse: bool = True,
               **context: Any) -> Parsed:

@@ -15,7 +15,17 @@ from typing import Any
 
 from proxy.errors import BadRequest, ProxyError
 from proxy.providers.base import (
-    Parsed, Turn, assistant_message, new_id, openai_error, opt_int, require_object,
+    Parsed,
+    ProviderBase,
+    Route,
+    Turn,
+    assistant_message,
+    new_id,
+    openai_error,
+    opt_int,
+    require_object,
+    root_generate,
+    shared_models_route,
 )
 from proxy.sse import data_event, done_event
 
@@ -80,15 +90,23 @@ def usage(turn: Turn) -> dict[str, int]:
             "total_tokens": turn.total_tokens}
 
 
-class OpenAIChat:
+class OpenAIChat(ProviderBase):
     name = NAME
+
+    def match(self, method: str, path: str) -> Route | None:
+        if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+            return Route("generate", NAME)
+        return shared_models_route(method, path, NAME) or root_generate(method, path, NAME)
+
+    def claims_body(self, body: Any) -> bool:
+        return isinstance(body, dict) and "messages" in body
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat = normalize(body)
         opts = body.get("stream_options")
-        return Parsed(chat=chat, stream=bool(body.get("stream")), model=body.get("model"), extra={
+        return Parsed(chat=chat, stream=bool(body.get("stream")), model=body.get("model"),
+                      top_logprobs=int(body.get("top_logprobs") or 0), extra={
             "logprobs": bool(body.get("logprobs")),
-            "top_logprobs": int(body.get("top_logprobs") or 0),
             "include_usage": isinstance(opts, dict) and bool(opts.get("include_usage")),
         })
 
@@ -112,7 +130,7 @@ class OpenAIChat:
 def _logprobs(turn: Turn, parsed: Parsed) -> dict[str, Any] | None:
     if not parsed.extra.get("logprobs") or turn.logprobs is None:
         return None
-    top = parsed.extra.get("top_logprobs", 0)
+    top = parsed.top_logprobs
     return {"content": [{"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
                          "top_logprobs": (e.get("top_logprobs") or [])[:top]} for e in turn.logprobs],
             "refusal": None}

@@ -15,13 +15,26 @@ import json
 import time
 from typing import Any
 
-from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.errors import BadRequest, NotFound, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
-    Parsed, Turn, function_tool, new_id, openai_error, opt_int, opt_number, require_object, text_of,
+    Parsed,
+    ProviderBase,
+    ProviderScope,
+    Route,
+    Turn,
+    function_tool,
+    new_id,
+    openai_error,
+    opt_int,
+    opt_number,
+    require_object,
+    root_generate,
+    text_of,
 )
 from proxy.sse import named_event
 
 NAME = "openai_responses"
+_PATHS = ("/v1/responses", "/responses")
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
@@ -235,8 +248,47 @@ def usage(turn: Turn) -> dict[str, Any]:
             "total_tokens": turn.total_tokens}
 
 
-class OpenAIResponses:
+class OpenAIResponses(ProviderBase):
     name = NAME
+
+    def match(self, method: str, path: str) -> Route | None:
+        if method == "POST" and path in _PATHS:
+            return Route("generate", NAME)
+        if method == "GET":
+            for prefix in _PATHS:
+                rest = path[len(prefix) + 1:]
+                if path.startswith(prefix + "/") and rest and "/" not in rest:
+                    return Route("stored", NAME, item_id=rest)
+        return root_generate(method, path, NAME)
+
+    def claims_body(self, body: Any) -> bool:
+        return isinstance(body, dict) and "input" in body
+
+    def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
+        """The stored conversation a request continues (``previous_response_id``)."""
+        prev = body.get("previous_response_id") if isinstance(body, dict) else None
+        if prev is None:
+            return {}
+        stored = scope.responses.load(scope.session_id, str(prev))
+        if stored is None:
+            err = BadRequest(f"Previous response with id '{prev}' not found.", param="previous_response_id")
+            err.code = "previous_response_not_found"
+            raise err
+        return {"history": stored["conversation"]}
+
+    def completed(self, parsed: Parsed, response: dict[str, Any], sampled: dict[str, Any],
+                  scope: ProviderScope) -> None:
+        if parsed.extra.get("store"):  # `store: false` keeps nothing
+            scope.responses.save(scope.session_id, response, stored_conversation(parsed, sampled))
+
+    def stored(self, route: Route, scope: ProviderScope) -> dict[str, Any]:
+        stored = scope.responses.load(scope.session_id, route.item_id or "")
+        if stored is None:
+            err = NotFound(f"No response found with id '{route.item_id}'.")
+            err.code = "response_not_found"
+            raise err
+        response: dict[str, Any] = stored["response"]
+        return response
 
     def parse(self, body: Any, *, history: list[dict[str, Any]] | None = None, **context: Any) -> Parsed:
         chat, extra = to_chat(body, history)

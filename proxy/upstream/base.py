@@ -2,7 +2,9 @@
 
 An engine is pure: ``prepare`` adds its capture fields to a Chat Completions request, and
 ``extract`` pulls prompt ids, sampled ids and logprobs out of its answer, refusing answers
-that lack them (a completion without ids must never become training data).
+that lack them (a completion without ids must never become training data). ``score_request``
+and ``scores`` are its prompt-logprob API, which the verifier (``proxy/verify.py``) uses to
+re-score sequences. Adding an engine is one module plus one line in ``upstream/__init__.py``.
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-
-class CaptureError(Exception):
-    """The upstream answered, but not with what token-faithful capture needs."""
+from pipeline.errors import CaptureError
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,14 @@ class Engine(Protocol):
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]: ...
 
     def extract(self, response: dict[str, Any]) -> Captured: ...
+
+    score_path: str  # where the prompt-logprob API lives
+
+    def score_request(self, ids: list[int], model: str) -> dict[str, Any]:
+        """A request scoring every token of ``ids`` given the ones before it."""
+
+    def scores(self, response: dict[str, Any], ids: list[int]) -> list[float | None]:
+        """logprob of ids[i] given ids[:i] (None for i = 0 and for ids the answer lacks)."""
 
 
 def first_choice(response: dict[str, Any]) -> dict[str, Any]:

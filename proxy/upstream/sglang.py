@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import CaptureError, Captured, first_choice
+from proxy.upstream.base import Captured, CaptureError, first_choice
 
 
 class SGLangEngine:
     name = "sglang"
+    score_path = "/generate"  # the native API: token ids in, input_token_logprobs out
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)
@@ -48,3 +49,17 @@ class SGLangEngine:
         return Captured(prompt_ids=[int(t) for t in prompt_ids], response_ids=[int(t) for t in ids],
                         response_logprobs=logprobs, response_tokens=tokens,
                         finish_reason=choice.get("finish_reason"), stop_reason=choice.get("matched_stop"))
+
+    def score_request(self, ids: list[int], model: str) -> dict[str, Any]:
+        return {"input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                "return_logprob": True, "logprob_start_len": 0}
+
+    def scores(self, response: dict[str, Any], ids: list[int]) -> list[float | None]:
+        triples = (response.get("meta_info") or {}).get("input_token_logprobs")
+        if not isinstance(triples, list) or len(triples) != len(ids):
+            raise CaptureError("engine returned no input_token_logprobs aligned with the prompt")
+        out: list[float | None] = [None]
+        for tid, triple in zip(ids[1:], triples[1:]):
+            ok = isinstance(triple, list) and len(triple) >= 2 and triple[0] is not None and triple[1] == tid
+            out.append(float(triple[0]) if ok else None)
+        return out

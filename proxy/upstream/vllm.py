@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import CaptureError, Captured, first_choice
+from proxy.upstream.base import Captured, CaptureError, first_choice
 
 
 class VLLMEngine:
     name = "vllm"
+    score_path = "/v1/completions"
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)
@@ -43,6 +44,22 @@ class VLLMEngine:
             finish_reason=choice.get("finish_reason"),
             stop_reason=choice.get("stop_reason"),
         )
+
+
+    def score_request(self, ids: list[int], model: str) -> dict[str, Any]:
+        # A token-id prompt with prompt_logprobs=0: the logprob of each prompt token as sampled.
+        return {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+
+    def scores(self, response: dict[str, Any], ids: list[int]) -> list[float | None]:
+        choice = first_choice(response)
+        entries = choice.get("prompt_logprobs") or response.get("prompt_logprobs")
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise CaptureError("engine returned no prompt_logprobs aligned with the prompt")
+        out: list[float | None] = [None]
+        for tid, entry in zip(ids[1:], entries[1:]):
+            value = (entry or {}).get(str(tid))
+            out.append(None if value is None else float(value["logprob"]))
+        return out
 
 
 def _rename_reasoning(m: Any) -> Any:

@@ -43,7 +43,7 @@ def alive(pid: int) -> bool:
 
 
 def polar(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli.main", *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "infra.cli.main", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -54,7 +54,7 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
     env.pop("POLAR_REDIS_URL", None)
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny-qwen2").symlink_to(model_dir)
-    up = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", "up", "--policy",
+    up = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "up", "--policy",
                            f"demo-policy={EXAMPLES / 'demo_policy.json'}"], env=env, cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -41,7 +41,7 @@ def test_merged_sessions_verify_and_need_fewer_trainer_updates(client, demo_task
         sum(t.trainable_tokens for r in pr_status.results for t in r.trajectory.traces)
 
     env = {**os.environ, **stack.settings.to_env()}
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "verify", "--task", task_id,
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "verify", "--task", task_id,
                           "--model", "demo-policy", "--json"], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -63,6 +63,6 @@ def test_verify_exits_non_zero_on_a_violation(client, demo_task, stack, tmp_path
     path = tmp_path / "result.json"
     path.write_text(result.model_dump_json())
     env = {**os.environ, **stack.settings.to_env()}
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "verify", "--file", str(path),
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "verify", "--file", str(path),
                           "--model", "demo-policy"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "VIOLATION" in out.stdout, out.stdout + out.stderr

@@ -204,7 +204,7 @@ def test_connection_failure_fails_over_to_the_next_endpoint(fake_stack, tmp_path
     port = free_port()
     env = {**os.environ, **fake_stack.settings.to_env(),
            "POLAR_UPSTREAM_URL": f"{dead},{fake_stack.settings.upstream_url}"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli.main", "proxy", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "proxy", "--port", str(port)],
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)

@@ -10,7 +10,7 @@ from pipeline import builders, keys
 from pipeline.builders import BuildContext
 from pipeline.codec import unpack
 from pipeline.schemas import CompletionRecord
-from pipeline.verify import Verifier
+from proxy.verify import Verifier
 from tests.proxy.sdk_drivers import ChatDriver, GoogleDriver
 from tests.support import running_session
 
@@ -77,7 +77,7 @@ def test_reasoning_stripped_from_history_drifts_and_strict_mode_splits(strip_sta
 def test_per_request_billing_lines_do_not_break_the_chain(ref_stack):
     import anthropic
 
-    from tests.proxy.sdk_drivers import AnthropicDriver, RESULTS
+    from tests.proxy.sdk_drivers import RESULTS, AnthropicDriver
 
     sid = running_session(ref_stack.settings.redis_url)
     sdk = anthropic.Anthropic(base_url=f"{ref_stack.settings.proxy_url}/s/{sid}", api_key=sid, max_retries=0)

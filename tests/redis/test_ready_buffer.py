@@ -3,7 +3,7 @@
 import threading
 import time
 
-from pipeline.ready_buffer import ReadyBuffer
+from pipeline.stores.ready import ReadyBuffer
 
 
 def test_capacity_bounds_reservations(r):

@@ -4,9 +4,9 @@ import threading
 
 from pipeline import keys
 from pipeline.client import RolloutClient
-from pipeline.results import ResultsStream
 from pipeline.schemas import SessionResult, TokenLogprob, Trace, Trajectory
 from pipeline.status import SessionStatus
+from pipeline.stores.results_stream import ResultsStream
 
 
 def result(sid, reward=1.0):

@@ -4,9 +4,11 @@ import threading
 
 import pytest
 
+from pipeline.errors import TransitionRefused
 from pipeline.schemas import SessionSpec, TaskRequest
-from pipeline.sessions import SessionStore, TransitionRefused
-from pipeline.status import Outcome, SessionStatus as S
+from pipeline.status import Outcome
+from pipeline.status import SessionStatus as S
+from pipeline.stores.sessions import SessionStore
 
 
 def spec():

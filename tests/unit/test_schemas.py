@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.schemas import SessionSpec, TaskRequest, TokenLogprob, Trace
-from pipeline.schemas.task import BUILDERS, EVALUATORS, HARNESSES
+from pipeline.schemas.task import BUILDERS, EVALUATORS, HARNESSES, RUNTIME_BACKENDS
 
 # Verbatim from the Polar paper's appendix (A.3 task payload, A.4 trace; "..." elisions removed).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -98,8 +98,9 @@ def test_trace_has_the_paper_a4_shape():
 
 def test_catalogues_match_the_registries():
     from pipeline import builders
-    from workers import evaluators, harnesses
+    from workers import evaluators, harnesses, runtimes
 
-    assert set(builders.REGISTRY.names()) <= set(BUILDERS)
-    assert set(evaluators.REGISTRY.names()) <= set(EVALUATORS)
-    assert set(harnesses.REGISTRY.names()) <= set(HARNESSES)
+    assert set(builders.BUILDERS.names()) <= set(BUILDERS)
+    assert set(evaluators.EVALUATORS.names()) <= set(EVALUATORS)
+    assert set(harnesses.HARNESSES.names()) <= set(HARNESSES)
+    assert set(runtimes.BACKENDS.names()) <= set(RUNTIME_BACKENDS)

@@ -92,5 +92,5 @@ def test_stop_removes_everything(tmp_path):
 
 
 def test_unknown_backend_is_a_clear_error(tmp_path):
-    with pytest.raises(runtimes.RuntimeStartError, match="not available"):
+    with pytest.raises(runtimes.RuntimeBackendError, match="not available"):
         runtimes.create(RuntimeSpec(backend="docker"), "s", tmp_path)

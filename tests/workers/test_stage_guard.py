@@ -1,40 +1,39 @@
 """The redelivery guard around every stage, against a real Redis and the real Celery queues."""
 
-from dataclasses import replace
-
 import pytest
 
 from pipeline import keys
-from pipeline.codec import pack
 from pipeline.schemas import SessionResult, SessionSpec, TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus as S
 from pipeline.status import Stage
+from pipeline.stores.leases import StageLease
+from pipeline.stores.queues import queue_depths
 from workers.stages import init
-from workers.stages.common import Skip, StageLease, make_deps, run_stage
+from workers.stages.common import Skip, make_deps, run_stage
 
 
 @pytest.fixture
 def d(r, redis_url, tmp_path):
-    return make_deps(replace(Settings(home=tmp_path), redis_url=redis_url, stage_lease_seconds=5))
+    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=5))
 
 
 @pytest.fixture
 def sid(d):
     task = TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}})
     spec = SessionSpec.expand(task)[0]
-    d.sessions.register(spec)
+    d.stores.sessions.register(spec)
     return spec.session_id
 
 
 def queued(d, stage):
-    return d.r.llen(stage.queue)
+    return queue_depths(d.stores.r, [stage.queue])[stage.queue]
 
 
 def walk_to(d, sid, status):
     path = [S.INITIALIZING, S.READY, S.RUNNING, S.POSTRUN, S.EVALUATING]
     for s in path[: path.index(status) + 1]:
-        d.sessions.transition(sid, s)
+        d.stores.sessions.transition(sid, s)
 
 
 def test_normal_run_marks_done_and_sends_next(d, sid):
@@ -47,7 +46,7 @@ def test_normal_run_marks_done_and_sends_next(d, sid):
 
 
 def test_a_live_duplicate_steps_aside(d, sid):
-    holder = StageLease(d.r, sid, Stage.RUN.value, 5)
+    holder = StageLease(d.stores.r, sid, Stage.RUN, 5)
     assert holder.acquire()
     try:
         assert run_stage(Stage.RUN, sid, lambda *a: pytest.fail("ran twice"), d=d) == "duplicate"
@@ -56,7 +55,7 @@ def test_a_live_duplicate_steps_aside(d, sid):
 
 
 def test_dead_worker_is_recovered_not_rerun(d, sid):
-    d.r.hset(keys.session(sid), "started:run", "1")  # a worker began RUN and died
+    d.stores.sessions.mark_started(sid, Stage.RUN)  # a worker began RUN and died
     recovered = []
     out = run_stage(Stage.RUN, sid, lambda *a: pytest.fail("agent started twice"),
                     lambda dd, st: recovered.append(st.status) or Stage.POSTRUN, d=d)
@@ -71,14 +70,14 @@ def test_crash_after_status_write_resends_the_waiting_stage(d, sid):
 
     assert run_stage(Stage.POSTRUN, sid, skip, d=d) == "skipped"
     assert queued(d, Stage.EVALUATE) == 1
-    d.r.set(keys.session_result(sid), pack(SessionResult(session_id=sid, task_id="t", status=S.COMPLETED)))
+    d.stores.outputs.save_result(sid, SessionResult(session_id=sid, task_id="t", status=S.COMPLETED))
     assert run_stage(Stage.EVALUATE, sid, skip, d=d) == "skipped"
     assert queued(d, Stage.CALLBACK) == 1
 
 
 def test_recover_that_finds_the_stage_finished_sends_what_is_waiting(d, sid):
     walk_to(d, sid, S.READY)  # INIT finished (READY) but died before its "done" marker
-    d.r.hset(keys.session(sid), "started:init", "1")
+    d.stores.sessions.mark_started(sid, Stage.INIT)
     assert run_stage(Stage.INIT, sid, lambda *a: pytest.fail("re-init"), lambda dd, st: None, d=d) == "done"
     assert queued(d, Stage.RUN) == 1
 
@@ -88,7 +87,7 @@ def test_unknown_session_is_ignored(d):
 
 
 def test_init_worker_lost_while_waiting_for_a_slot_starts_over(d, sid):
-    d.r.hset(keys.session(sid), "started:init", "1")  # it died before touching a runtime
+    d.stores.sessions.mark_started(sid, Stage.INIT)  # it died before touching a runtime
     ran = []
     assert run_stage(Stage.INIT, sid, lambda *a: ran.append(1) or Stage.RUN, init.recover, d=d) == "done"
     assert ran == [1] and queued(d, Stage.RUN) == 1
@@ -99,14 +98,16 @@ def test_reaper_finds_stages_whose_worker_died(d, sid):
 
     assert reaper.stalled(d) == []  # registered, nothing started: its INIT message is just queued
     walk_to(d, sid, S.RUNNING)
-    d.r.hset(keys.session(sid), mapping={"started:init": "1", "done:init": "run", "started:run": "1"})
-    live = StageLease(d.r, sid, Stage.RUN.value, 5)
+    d.stores.sessions.mark_started(sid, Stage.INIT)
+    d.stores.sessions.mark_done(sid, Stage.INIT, Stage.RUN)
+    d.stores.sessions.mark_started(sid, Stage.RUN)
+    live = StageLease(d.stores.r, sid, Stage.RUN, 5)
     assert live.acquire()
     assert reaper.stalled(d) == []  # the RUN worker is alive (its lease heartbeats)
     live.release()  # ... and now it is dead
     assert reaper.stalled(d) == [(sid, Stage.RUN)]
     assert reaper.reap_once(d) == [(sid, Stage.RUN)] and queued(d, Stage.RUN) == 1
     assert reaper.reap_once(d) == []  # one pass per interval across all workers (the lock)
-    d.sessions.retire(sid)
-    d.r.delete(keys.REAPER_LOCK)
+    d.stores.sessions.retire(sid)
+    d.stores.r.delete(keys.REAPER_LOCK)  # the next interval
     assert reaper.stalled(d) == []  # retired sessions are not watched

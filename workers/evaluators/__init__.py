@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.errors import EvaluationError
 from pipeline.registry import Registry
-from workers.evaluators.base import EvalContext, EvalResult, EvaluationError, Evaluator
+from workers.evaluators.base import EvalContext, EvalResult, Evaluator
 from workers.evaluators.command import CommandEvaluator
 from workers.evaluators.session_completed import SessionCompletedEvaluator
 
-REGISTRY: Registry[Any] = Registry("evaluator", EvaluationError)
-for _cls in (SessionCompletedEvaluator, CommandEvaluator):
-    REGISTRY.register(_cls.name, _cls)
+# Adding an evaluator: write its module (see ``base.Evaluator``), add one line below.
+EVALUATORS: Registry[type[Evaluator]] = Registry("evaluator", EvaluationError)
+EVALUATORS.register("session_completed", SessionCompletedEvaluator)
+EVALUATORS.register("command", CommandEvaluator)
 
 
 def create(strategy: str, config: dict[str, Any] | None = None) -> Evaluator:
-    return REGISTRY.build(strategy, config)
+    evaluator: Evaluator = EVALUATORS.build(strategy, config)
+    return evaluator
 
 
-__all__ = ["REGISTRY", "EvalContext", "EvalResult", "EvaluationError", "Evaluator", "create"]
+__all__ = ["EVALUATORS", "EvalContext", "EvalResult", "EvaluationError", "Evaluator", "create"]

@@ -11,13 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pipeline.errors import EvaluationError
 from pipeline.schemas import SessionSpec, Trajectory
 from pipeline.status import Outcome
 from workers.runtimes import Runtime
-
-
-class EvaluationError(Exception):
-    pass
 
 
 @dataclass

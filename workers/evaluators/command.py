@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.evaluators.base import EvalContext, EvalResult, EvaluationError
+from pipeline.errors import EvaluationError
+from workers.evaluators.base import EvalContext, EvalResult
 
 
 class CommandEvaluator:

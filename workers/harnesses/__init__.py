@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from pipeline.errors import HarnessError
 from pipeline.registry import Registry
-from workers.harnesses.base import AgentCommand, Harness, HarnessContext, HarnessError
+from workers.harnesses.base import AgentCommand, Harness, HarnessContext
 from workers.harnesses.env import harness_env, proxy_env
 from workers.harnesses.shell import ShellHarness
 
-REGISTRY: Registry[Any] = Registry("harness", HarnessError)
-REGISTRY.register(ShellHarness.name, ShellHarness)
+# Adding a harness: write its module (see ``base.Harness``), add one line below.
+HARNESSES: Registry[type[Harness]] = Registry("harness", HarnessError)
+HARNESSES.register("shell", ShellHarness)
 
 
 def create(name: str) -> Harness:
     # Per-session options live in ctx.spec.agent.settings, not in the constructor.
-    return REGISTRY.build(name)
+    harness: Harness = HARNESSES.build(name)
+    return harness
 
 
-__all__ = ["REGISTRY", "AgentCommand", "Harness", "HarnessContext", "HarnessError", "create",
+__all__ = ["HARNESSES", "AgentCommand", "Harness", "HarnessContext", "HarnessError", "create",
            "harness_env", "proxy_env"]

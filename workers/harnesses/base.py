@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from pipeline.errors import HarnessError  # noqa: F401  (the seam's error, re-exported)
 from pipeline.schemas import SessionSpec
 from workers.runtimes import Runtime
 
@@ -25,10 +26,6 @@ class AgentCommand:
     command: str
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-
-
-class HarnessError(Exception):
-    pass
 
 
 @runtime_checkable

@@ -8,7 +8,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from workers.harnesses.base import AgentCommand, HarnessContext, HarnessError
+from pipeline.errors import HarnessError
+from workers.harnesses.base import AgentCommand, HarnessContext
 from workers.runtimes import Runtime
 
 PLACEHOLDER = "{{INSTRUCTION}}"

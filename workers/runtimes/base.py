@@ -1,32 +1,20 @@
 """The runtime seam: where an agent session executes (a local directory, a container, ...).
 
 A runtime is created by INIT and used again by RUN and EVALUATE, usually in other worker
-processes, so it is described by a JSON-able ``handle`` from which any process can re-attach.
-Exceptions form a small tree::
-
-    RuntimeError_
-     ├── RuntimeStartError     the backend could not create the environment
-     └── ExecError             a command could not be started (not: it exited non-zero)
+processes, so it is described by a JSON-able ``handle`` from which any process can re-attach:
+a backend (``RuntimeBackend``, what the registry holds) ``create``s and ``attach``es runtimes.
+Errors are ``pipeline.errors.RuntimeBackendError`` (``RuntimeStartError``, ``ExecError``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from pipeline.schemas import RuntimeSpec
+
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside a runtime
-
-
-class RuntimeError_(Exception):
-    pass
-
-
-class RuntimeStartError(RuntimeError_):
-    pass
-
-
-class ExecError(RuntimeError_):
-    pass
 
 
 @dataclass
@@ -71,3 +59,14 @@ class Runtime(Protocol):
 
     def cancel(self) -> None:
         """Kill whatever runs inside right now (callable from another process)."""
+
+
+class RuntimeBackend(Protocol):
+    """What the registry holds: a backend makes runtimes for INIT and re-attaches them (from a
+    handle, in any process) for the later stages."""
+
+    backend: str
+
+    def create(self, spec: RuntimeSpec, session_id: str, runtime_root: Path) -> Runtime: ...
+
+    def attach(self, handle: dict[str, Any]) -> Runtime: ...

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from workers.runtimes.base import SESSION_MOUNT, ExecError, ExecResult, RuntimeStartError
+from pipeline.errors import ExecError, RuntimeStartError
+from workers.runtimes.base import SESSION_MOUNT, ExecResult
 
 POLL_SECONDS = 0.1
 KILL_GRACE_SECONDS = 2.0

@@ -17,19 +17,15 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-import redis
 from celery import Celery
 
-from pipeline import keys
 from pipeline.celery_app import dispatch, make_app
-from pipeline.leases import StageLease
-from pipeline.ready_buffer import ReadyBuffer
-from pipeline.redis_conn import connect
-from pipeline.results import ResultsStream
-from pipeline.sessions import SessionState, SessionStore
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
-from pipeline.tasks import TaskStore
+from pipeline.stores import Stores
+from pipeline.stores.connection import connect
+from pipeline.stores.leases import StageLease
+from pipeline.stores.sessions import SessionState
 
 log = logging.getLogger("polar.stages")
 
@@ -42,14 +38,12 @@ class Rerun(Exception):
     """Raised by a recovery: the dead worker left nothing behind, run the stage from the start."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Deps:
+    """What a stage needs: settings, the stores (the only way to Redis) and the Celery app."""
+
     settings: Settings
-    r: redis.Redis
-    sessions: SessionStore
-    ready: ReadyBuffer
-    tasks: TaskStore
-    results: ResultsStream
+    stores: Stores
     app: Celery
 
 
@@ -59,11 +53,7 @@ def _deps_for(pid: int) -> Deps:
 
 
 def make_deps(settings: Settings) -> Deps:
-    r = connect(settings)
-    sessions = SessionStore(r, settings.result_ttl_seconds)
-    ready = ReadyBuffer(r, settings.ready_capacity)
-    return Deps(settings, r, sessions, ready, TaskStore(r, sessions, ready, settings.result_ttl_seconds),
-                ResultsStream(r, maxlen=settings.results_stream_maxlen), make_app(settings))
+    return Deps(settings, Stores.open(connect(settings), settings), make_app(settings))
 
 
 def deps() -> Deps:
@@ -77,22 +67,21 @@ Recover = Callable[[Deps, SessionState], "Stage | None"]
 def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None,
               d: Deps | None = None) -> str:
     d = d or deps()
-    lease = StageLease(d.r, session_id, stage.value, d.settings.stage_lease_seconds)
+    sessions = d.stores.sessions
+    lease = StageLease(d.stores.r, session_id, stage, d.settings.stage_lease_seconds)
     if not lease.acquire():
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
         return "duplicate"
     try:
-        state = d.sessions.get(session_id)
+        state = sessions.get(session_id)
         if state is None:
             log.warning("%s %s: unknown or expired session", stage.value, session_id)
             return "missing"
-        key = keys.session(session_id)
-        done = state.fields.get(f"done:{stage.value}")
-        if done:
-            _send(d, Stage(done) if done != "-" else None, session_id)
+        if stage in state.done:
+            _send(d, state.done[stage], session_id)
             return "already-done"
         nxt: Stage | None = None
-        rerun = recover is None or not state.fields.get(f"started:{stage.value}")
+        rerun = recover is None or stage not in state.started
         if not rerun:
             log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
             try:
@@ -100,7 +89,7 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
             except Rerun:
                 rerun = True
         if rerun:
-            d.r.hset(key, f"started:{stage.value}", "1")
+            sessions.mark_started(session_id, stage)
             try:
                 nxt = body(d, state, lease)
             except Skip as why:
@@ -110,7 +99,7 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
                 _send(d, _pending_after(d, stage, session_id), session_id)
                 return "skipped"
         # Remember where this stage sent the session, for a redelivered copy to repeat.
-        d.r.hset(key, f"done:{stage.value}", nxt.value if nxt is not None else "-")
+        sessions.mark_done(session_id, stage, nxt)
         _send(d, nxt, session_id)
         return "done"
     finally:
@@ -138,10 +127,10 @@ _HANDED_OFF = (SessionStatus.READY, SessionStatus.POSTRUN, SessionStatus.EVALUAT
 
 def _pending_after(d: Deps, stage: Stage, session_id: str) -> Stage | None:
     """The later stage the session's current status is waiting for, if any."""
-    status = d.sessions.status(session_id)
+    status = d.stores.sessions.status(session_id)
     if status not in _HANDED_OFF:
         return None
-    owner = stage_for(status, bool(d.r.exists(keys.session_result(session_id))))
+    owner = stage_for(status, d.stores.outputs.has_result(session_id))
     if owner is not None and _ORDER.index(owner) > _ORDER.index(stage):
         return owner
     return None

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import time
 
-from pipeline import keys
-from pipeline.codec import pack, unpack
-from pipeline.leases import StageLease
 from pipeline.schemas import SessionResult, Trajectory
-from pipeline.sessions import SessionState
 from pipeline.status import Outcome, SessionStatus, Stage
+from pipeline.stores.leases import StageLease
+from pipeline.stores.sessions import SessionState
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
 from workers.stages.common import Deps, Skip, log
@@ -20,12 +18,11 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.EVALUATING:
         raise Skip(f"status is {state.status.value}")
-    started = d.sessions.stamp(sid, "evaluate_started_at")
-    blob = d.r.get(keys.session_trajectory(sid))
-    trajectory = Trajectory.model_validate(unpack(blob)) if blob else Trajectory(error="trajectory missing")
-    if d.sessions.cancel_requested(sid):
-        d.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled")
-    outcome = d.sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")
+    started = d.stores.sessions.stamp(sid, "evaluate_started_at")
+    trajectory = d.stores.outputs.trajectory(sid) or Trajectory(error="trajectory missing")
+    if d.stores.sessions.cancel_requested(sid):
+        d.stores.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled")
+    outcome = d.stores.sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")
     runtime = runtimes.attach(state.runtime) if state.runtime else None
     reward, evaluation, eval_error = None, {"strategy": spec.evaluator.strategy}, None
     try:
@@ -42,7 +39,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     finally:
         if runtime is not None:
             _teardown(runtime, sid)
-    fresh = d.sessions.get(sid) or state
+    fresh = d.stores.sessions.get(sid) or state
     status = outcome.terminal_status()
     error = fresh.error
     if status == SessionStatus.COMPLETED and (trajectory.error or eval_error):
@@ -55,8 +52,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     )
     result.timing = fresh.timing.model_copy(update={"evaluate_started_at": started,
                                                     "evaluate_ended_at": time.time()})
-    d.r.set(keys.session_result(sid), pack(result), ex=d.settings.result_ttl_seconds)
-    d.sessions.stamp(sid, "evaluate_ended_at")
+    d.stores.outputs.save_result(sid, result)
+    d.stores.sessions.stamp(sid, "evaluate_ended_at")
     return Stage.CALLBACK
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.leases import StageLease
+from pipeline.errors import TransitionRefused
 from pipeline.schemas import PrepareAction
-from pipeline.sessions import SessionState, TransitionRefused
 from pipeline.status import Outcome, SessionStatus, Stage
+from pipeline.stores.leases import StageLease
+from pipeline.stores.sessions import SessionState
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.runtimes import Runtime
@@ -30,24 +31,24 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     if state.status != SessionStatus.REGISTERED:
         raise Skip(f"status is {state.status.value}")
     slot_ttl = spec.timeout_seconds + READY_GRACE_SECONDS
-    while not d.ready.reserve(sid, slot_ttl):  # backpressure: never run ahead of the buffer
-        if d.sessions.status(sid) != SessionStatus.REGISTERED or lease.lost.is_set():
+    while not d.stores.ready.reserve(sid, slot_ttl):  # backpressure: never run ahead of the buffer
+        if d.stores.sessions.status(sid) != SessionStatus.REGISTERED or lease.lost.is_set():
             raise Skip("cancelled or taken over while waiting for a READY slot")
         time.sleep(SLOT_WAIT_POLL_SECONDS)
     now = time.time()
     try:
-        d.sessions.transition(sid, SessionStatus.INITIALIZING, expected=[SessionStatus.REGISTERED],
+        d.stores.sessions.transition(sid, SessionStatus.INITIALIZING, expected=[SessionStatus.REGISTERED],
                               init_started_at=now, deadline=now + spec.timeout_seconds)
     except TransitionRefused as exc:
-        d.ready.release(sid)
+        d.stores.ready.release(sid)
         raise Skip(str(exc)) from None
-    d.tasks.mark_running(spec.task_id)
+    d.stores.tasks.mark_running(spec.task_id)
     deadline = now + spec.timeout_seconds
     try:
         runtime = runtimes.create(spec.runtime, sid, d.settings.runtime_root)
-        d.sessions.set(sid, runtime=runtime.handle)
+        d.stores.sessions.set(sid, runtime=runtime.handle)
         runtime.start()
-        cancelled = lambda: d.sessions.cancel_requested(sid)  # noqa: E731
+        cancelled = lambda: d.stores.sessions.cancel_requested(sid)  # noqa: E731
         for i, action in enumerate(spec.runtime.prepare):
             _prepare(runtime, action, i, deadline, cancelled)
         env = harnesses.harness_env(d.settings.proxy_url, spec)
@@ -59,12 +60,12 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     except Exception as exc:  # any failure here ends the session; POSTRUN tears down
         outcome = exc.outcome if isinstance(exc, StepFailed) else Outcome.ERROR
         log.warning("init %s failed: %s", sid, exc)
-        d.sessions.set_outcome(sid, outcome, f"init: {exc}")
-        d.ready.release(sid)
-        d.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
+        d.stores.sessions.set_outcome(sid, outcome, f"init: {exc}")
+        d.stores.ready.release(sid)
+        d.stores.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
         return Stage.POSTRUN
-    d.ready.push(sid, max(1.0, deadline - time.time()) + READY_GRACE_SECONDS)
-    d.sessions.transition(sid, SessionStatus.READY, expected=[SessionStatus.INITIALIZING],
+    d.stores.ready.push(sid, max(1.0, deadline - time.time()) + READY_GRACE_SECONDS)
+    d.stores.sessions.transition(sid, SessionStatus.READY, expected=[SessionStatus.INITIALIZING],
                           ready_at=time.time())
     return Stage.RUN
 
@@ -76,9 +77,9 @@ def recover(d: Deps, state: SessionState) -> Stage | None:
         raise Rerun()
     if state.status != SessionStatus.INITIALIZING:
         return None
-    d.sessions.set_outcome(state.session_id, Outcome.ERROR, "init worker lost")
-    d.ready.release(state.session_id)
-    d.sessions.transition(state.session_id, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
+    d.stores.sessions.set_outcome(state.session_id, Outcome.ERROR, "init worker lost")
+    d.stores.ready.release(state.session_id)
+    d.stores.sessions.transition(state.session_id, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
     return Stage.POSTRUN
 
 

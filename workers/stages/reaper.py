@@ -14,44 +14,34 @@ from __future__ import annotations
 import threading
 import time
 
-from pipeline import keys
 from pipeline.celery_app import dispatch
-from pipeline.status import SessionStatus, Stage
+from pipeline.status import Stage
+from pipeline.stores.leases import live_leases, try_reaper_pass
 from workers.stages.common import Deps, deps, log, stage_for
 
 
 def stalled(d: Deps) -> list[tuple[str, Stage]]:
     """(session, stage) pairs whose stage was started, is not done, and has no live lease."""
-    sids = d.sessions.active()
+    sessions = d.stores.sessions
+    sids = sessions.active()
     if not sids:
         return []
-    pipe = d.r.pipeline(transaction=False)
-    for sid in sids:
-        pipe.hmget(keys.session(sid), "status", *[f"started:{s.value}" for s in Stage],
-                   *[f"done:{s.value}" for s in Stage])
-    rows = pipe.execute()
     candidates: list[tuple[str, Stage]] = []
-    for sid, row in zip(sids, rows):
-        if row[0] is None:  # expired: nothing left to reap
-            d.sessions.retire(sid)
+    for sid, progress in zip(sids, sessions.progress(sids)):
+        if progress is None:  # expired: nothing left to reap
+            sessions.retire(sid)
             continue
-        status = SessionStatus(row[0].decode())
-        started = {s for s, v in zip(Stage, row[1:6]) if v}
-        done = {s for s, v in zip(Stage, row[6:11]) if v}
-        stage = stage_for(status, Stage.EVALUATE in done)  # terminal: CALLBACK, if not yet done
-        if stage is not None and stage in started and stage not in done:
+        # Terminal: CALLBACK, if not done yet.
+        stage = stage_for(progress.status, Stage.EVALUATE in progress.done)
+        if stage is not None and stage in progress.started and stage not in progress.done:
             candidates.append((sid, stage))
     if not candidates:
         return []
-    pipe = d.r.pipeline(transaction=False)
-    for sid, stage in candidates:
-        pipe.exists(keys.session_lease(sid, stage.value))
-    return [c for c, alive in zip(candidates, pipe.execute()) if not alive]
+    return [c for c, alive in zip(candidates, live_leases(d.stores.r, candidates)) if not alive]
 
 
 def reap_once(d: Deps) -> list[tuple[str, Stage]]:
-    lock_ttl = max(1, int(d.settings.reaper_interval_seconds))
-    if not d.r.set(keys.REAPER_LOCK, "1", nx=True, ex=lock_ttl):
+    if not try_reaper_pass(d.stores.r, d.settings.reaper_interval_seconds):
         return []  # another worker's reaper has this round
     found = stalled(d)
     for sid, stage in found:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from pipeline.leases import StageLease
-from pipeline.sessions import SessionState
 from pipeline.status import Outcome, SessionStatus, Stage
+from pipeline.stores.leases import StageLease
+from pipeline.stores.sessions import SessionState
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.stages.common import Deps, Skip, log
@@ -17,16 +17,16 @@ from workers.stages.common import Deps, Skip, log
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     sid = state.session_id
-    if not d.ready.claim(sid):
-        raise Skip(f"not in READY (status {d.sessions.status(sid)})")
-    d.sessions.transition(sid, SessionStatus.RUNNING, expected=[SessionStatus.READY],
+    if not d.stores.ready.claim(sid):
+        raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
+    d.stores.sessions.transition(sid, SessionStatus.RUNNING, expected=[SessionStatus.READY],
                           run_started_at=time.time())
     try:
         outcome, error, exit_code = _run_agent(d, state, lease)
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
-    d.sessions.set_outcome(sid, outcome, error)
-    d.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.RUNNING],
+    d.stores.sessions.set_outcome(sid, outcome, error)
+    d.stores.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.RUNNING],
                           run_ended_at=time.time(), agent_exit_code="" if exit_code is None else exit_code)
     log.info("run %s: %s", sid, outcome.value)
     return Stage.POSTRUN
@@ -34,7 +34,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
 
 def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome, str | None, int | None]:
     sid, spec = state.session_id, state.spec
-    if d.sessions.cancel_requested(sid):
+    if d.stores.sessions.cancel_requested(sid):
         return Outcome.CANCELLED, "cancelled before the agent ran", None
     remaining = state.remaining()
     if remaining is None or remaining <= 0:
@@ -67,7 +67,7 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease):
         if now < next_read[0]:
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
-        return d.sessions.cancel_requested(sid)
+        return d.stores.sessions.cancel_requested(sid)
 
     return should_cancel
 
@@ -79,8 +79,8 @@ def recover(d: Deps, state: SessionState) -> Stage | None:
         return None
     if state.runtime:
         runtimes.attach(state.runtime).cancel()
-    d.sessions.set_outcome(state.session_id, Outcome.ERROR, "run worker lost")
-    d.ready.release(state.session_id)
-    d.sessions.transition(state.session_id, SessionStatus.POSTRUN,
+    d.stores.sessions.set_outcome(state.session_id, Outcome.ERROR, "run worker lost")
+    d.stores.ready.release(state.session_id)
+    d.stores.sessions.transition(state.session_id, SessionStatus.POSTRUN,
                           expected=[SessionStatus.READY, SessionStatus.RUNNING], run_ended_at=time.time())
     return Stage.POSTRUN

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from celery.signals import worker_ready
 
-from pipeline.celery_app import get_app
+from pipeline.celery_app import CALLBACK_DELIVERY_TASK, get_app
 from pipeline.status import Stage
 from workers.stages import callback, evaluate, init, postrun, reaper, run
-from workers.stages.common import run_stage
+from workers.stages.common import deps, run_stage
 
 app = get_app()
 
@@ -37,6 +37,16 @@ def _make_task(stage: Stage):
 
 
 TASKS = {stage: _make_task(stage) for stage in Stage}
+
+
+# Retried by Celery itself (a new message with a countdown, 1 s doubling up to a minute) while
+# the receiver is unreachable or answers 408/429/5xx; the last attempt records the failure.
+@app.task(name=CALLBACK_DELIVERY_TASK, bind=True, acks_late=True, autoretry_for=(callback.DeliveryFailed,),
+          retry_backoff=1, retry_backoff_max=60, retry_jitter=False,
+          max_retries=max(0, deps().settings.callback_attempts - 1))
+def deliver_callback(self, task_id: str) -> None:
+    callback.deliver(deps(), task_id, attempt=self.request.retries + 1,
+                     final=self.request.retries >= (self.max_retries or 0))
 
 
 @worker_ready.connect

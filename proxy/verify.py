@@ -1,15 +1,16 @@
 """The verifier: re-score every trainable token with the model and check the training-data
 promise on real data instead of assuming it.
 
-For each trace, the whole sequence (prompt + response) goes to the engine's prompt-logprob API
-(vLLM ``/v1/completions`` with a token-id prompt and ``prompt_logprobs``; the reference server
-implements the same). Every trainable token's recorded logprob must equal the model's in the
+For each trace, the whole sequence (prompt + response) goes to the engine's prompt-logprob API,
+in the engine's own dialect from the engine registry (vLLM: ``/v1/completions`` with a token-id
+prompt and ``prompt_logprobs``; SGLang: ``/generate`` with ``input_ids`` and
+``input_token_logprobs``; the reference server speaks both). Every trainable token's recorded logprob must equal the model's in the
 trace's own context, within ``tolerance``. Turns a merged trace marks as drifted (their
 training context differs from the prompt they were sampled from) are reported with their
 logprob error; they are violations only with ``fail_on_drift``. Given the session's completion
 records, the trainable ids are also checked against the ids each completion sampled.
 
-    report = Verifier("http://vllm:8000").verify(result.trajectory, records)
+    report = Verifier("http://vllm:8000", engine="vllm").verify(result.trajectory, records)
     print(report.summary()); sys.exit(0 if report.ok else 1)
 """
 
@@ -20,11 +21,9 @@ from typing import Any, Iterable
 
 import httpx
 
+from pipeline.errors import CaptureError, VerifyError
 from pipeline.schemas import CompletionRecord, Trace, Trajectory
-
-
-class VerifyError(Exception):
-    pass
+from proxy import upstream
 
 
 @dataclass
@@ -83,9 +82,10 @@ class Report:
 
 
 class Verifier:
-    def __init__(self, upstream_url: str, model: str | None = None, *, tolerance: float = 1e-4,
-                 fail_on_drift: bool = False, timeout: float = 600.0) -> None:
+    def __init__(self, upstream_url: str, model: str | None = None, *, engine: str = "vllm",
+                 tolerance: float = 1e-4, fail_on_drift: bool = False, timeout: float = 600.0) -> None:
         self.url = upstream_url.split(",")[0].rstrip("/")
+        self.engine = upstream.create(engine)
         self._http = httpx.Client(timeout=timeout)
         self.model = model or self._first_model()
         self.tolerance = tolerance
@@ -100,19 +100,13 @@ class Verifier:
 
     def token_logprobs(self, ids: list[int]) -> list[float | None]:
         """logprob of ids[i] given ids[:i] (None for i=0), from the engine's prompt logprobs."""
-        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
-        resp = self._http.post(f"{self.url}/v1/completions", json=body)
+        resp = self._http.post(f"{self.url}{self.engine.score_path}", json=self.engine.score_request(ids, self.model))
         if resp.status_code >= 400:
             raise VerifyError(f"engine refused the scoring request ({resp.status_code}): {resp.text[:300]}")
-        choice = resp.json()["choices"][0]
-        entries = choice.get("prompt_logprobs") or resp.json().get("prompt_logprobs")
-        if not isinstance(entries, list) or len(entries) != len(ids):
-            raise VerifyError("engine returned no prompt_logprobs aligned with the prompt")
-        out: list[float | None] = [None]
-        for tid, entry in zip(ids[1:], entries[1:]):
-            value = (entry or {}).get(str(tid))
-            out.append(None if value is None else float(value["logprob"]))
-        return out
+        try:
+            return self.engine.scores(resp.json(), ids)
+        except (CaptureError, ValueError) as exc:
+            raise VerifyError(str(exc)) from None
 
     def verify(self, trajectory: Trajectory, records: Iterable[CompletionRecord] | None = None) -> Report:
         by_id = {r.completion_id: r for r in records} if records is not None else None

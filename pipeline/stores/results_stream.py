@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
 from pipeline import keys
-from pipeline.codec import pack, unpack
+from pipeline.codec import blob, pack, text, unpack
 from pipeline.schemas import SessionResult
 
 _PENDING = b"pending:"
@@ -40,7 +41,8 @@ class ResultsStream:
         (None while another process is publishing the same session right now)."""
         marker = keys.session_published(result.session_id)
         for _ in range(3):
-            current = self._r.get(marker)
+            raw = self._r.get(marker)
+            current = blob(raw) if raw is not None else None
             if current and not current.startswith(_PENDING):
                 return current.decode()
             claim = _PENDING + uuid.uuid4().hex.encode()
@@ -50,19 +52,19 @@ class ResultsStream:
                 return None  # a live publisher holds the claim; its stage will finish the job
         else:
             return None
-        entry_id = self._r.xadd(
+        entry_id = text(self._r.xadd(
             self.stream,
             {"data": pack(result), "session_id": result.session_id, "task_id": result.task_id,
              "schema_version": str(result.schema_version)},
             maxlen=self.maxlen,
             approximate=True,
-        ).decode()
+        ))
         self._r.set(marker, entry_id)
         return entry_id
 
     def published_id(self, session_id: str) -> str | None:
         v = self._r.get(keys.session_published(session_id))
-        return None if v is None or v.startswith(_PENDING) else v.decode()
+        return None if v is None or blob(v).startswith(_PENDING) else text(v)
 
     # --- consumer ----------------------------------------------------------------------------
 
@@ -77,14 +79,14 @@ class ResultsStream:
     def read(self, group: str, consumer: str, *, pending: bool, count: int = 16,
              block_ms: int | None = 1000) -> list[StreamEntry]:
         """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
-        resp = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
+        resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
                                   count=count, block=None if pending else block_ms)
         return [e for _, entries in (resp or []) for e in map(_decode, entries) if e is not None]
 
     def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 16) -> list[StreamEntry]:
         """Take over entries another consumer read but never acked (it died)."""
-        _, entries, _deleted = self._r.xautoclaim(self.stream, group, consumer, min_idle_ms,
-                                                  start_id="0-0", count=count)
+        reply: Any = self._r.xautoclaim(self.stream, group, consumer, min_idle_ms, start_id="0-0", count=count)
+        entries = reply[1]
         return [e for e in map(_decode, entries) if e is not None]
 
     def ack(self, group: str, *entry_ids: str) -> int:

@@ -1,7 +1,8 @@
 """``polar``: run the stack, submit tasks, watch them, and run any one service by itself.
 
-Services are started from import strings (``proxy.wsgi:app``, ``workers.stages``), so this
-package never imports ``workers`` or ``proxy``.
+Services are started from import strings (``proxy.wsgi:app``, ``workers.stages.tasks``) in
+their own processes; commands import what they run lazily so ``polar --help`` stays fast and
+``polar proxy`` can patch with gevent before anything else loads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from infra.cli.state import client_settings
 from pipeline.settings import Settings
 from pipeline.status import Stage
 
@@ -81,12 +83,12 @@ def api(host: str, port: int | None) -> None:
 @click.option("--address", default="127.0.0.1")
 def flower(port: int, address: str) -> None:
     """Run Flower on this project's broker (the running `polar up`, or POLAR_REDIS_URL)."""
-    from pipeline.celery_app import get_app
+    from pipeline.celery_app import make_app
 
-    settings = Settings.from_env()
+    settings = client_settings()
     settings.require_redis()
     os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
-    get_app().start(["flower", f"--port={port}", f"--address={address}"])
+    make_app(settings).start(["flower", f"--port={port}", f"--address={address}"])
 
 
 def _port(url: str) -> int:
@@ -101,10 +103,10 @@ def _port(url: str) -> int:
 @click.option("--timeout", type=float, default=None)
 def submit(file: Path, wait: bool, timeout: float | None) -> None:
     """Submit a TaskRequest JSON file (relative upload paths resolve against its folder)."""
-    from pipeline.cli.render import follow
+    from infra.cli.render import follow
     from pipeline.client import RolloutClient, load_task_file
 
-    client = RolloutClient(Settings.from_env().api_url)
+    client = RolloutClient(client_settings().api_url)
     task_id = client.submit(load_task_file(file))
     click.echo(task_id)
     if wait:
@@ -117,10 +119,10 @@ def submit(file: Path, wait: bool, timeout: float | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Raw JSON.")
 def status(task_id: str | None, as_json: bool) -> None:
     """Pipeline status, or one task's sessions."""
-    from pipeline.cli.render import print_pipeline, print_task
+    from infra.cli.render import print_pipeline, print_task
     from pipeline.client import RolloutClient
 
-    client = RolloutClient(Settings.from_env().api_url)
+    client = RolloutClient(client_settings().api_url)
     if task_id is None:
         data = client.pipeline_status()
         click.echo(json.dumps(data, indent=2)) if as_json else print_pipeline(data)
@@ -135,13 +137,13 @@ def cancel(task_id: str) -> None:
     """Cancel every unfinished session of a task (their runtimes are torn down)."""
     from pipeline.client import RolloutClient
 
-    click.echo(json.dumps(RolloutClient(Settings.from_env().api_url).cancel(task_id)))
+    click.echo(json.dumps(RolloutClient(client_settings().api_url).cancel(task_id)))
 
 
 def _register_subcommands() -> None:
-    from pipeline.cli.model import model
-    from pipeline.cli.up import demo, up
-    from pipeline.cli.verify import verify
+    from infra.cli.model import model
+    from infra.cli.up import demo, up
+    from infra.cli.verify import verify
 
     cli.add_command(verify)
     cli.add_command(up)

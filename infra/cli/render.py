@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from statistics import mean
 from typing import Any
@@ -12,8 +13,6 @@ from rich.table import Table
 
 from pipeline.client import RolloutClient
 from pipeline.schemas import TaskStatus
-
-import sys
 
 # Rich assumes 80 columns when output is not a terminal (CI logs, pipes); the tables need more.
 console = Console() if sys.stdout.isatty() else Console(width=140)

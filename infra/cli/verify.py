@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from infra.cli.state import client_settings
 from pipeline.settings import Settings
 
 
@@ -17,19 +18,21 @@ from pipeline.settings import Settings
               help="A SessionResult or TaskStatus as JSON (or a msgpack SessionResult).")
 @click.option("--upstream", default=None, help="Engine to score with (default: POLAR_UPSTREAM_URL).")
 @click.option("--model", default=None, help="Model name at the engine (default: its first).")
+@click.option("--engine", default=None, help="Engine dialect: vllm, sglang (default: POLAR_UPSTREAM_ENGINE).")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True)
 @click.option("--fail-on-drift", is_flag=True, help="Drifted merged turns count as violations.")
 @click.option("--json", "as_json", is_flag=True)
-def verify(task_id: str | None, path: Path | None, upstream: str | None, model: str | None,
+def verify(task_id: str | None, path: Path | None, upstream: str | None, model: str | None, engine: str | None,
            tolerance: float, fail_on_drift: bool, as_json: bool) -> None:
     """Exit non-zero when a trainable token is not what the policy sampled with its logprob."""
-    from pipeline.verify import Verifier
+    from proxy.verify import Verifier
 
     if (task_id is None) == (path is None):
         raise click.UsageError("give exactly one of --task or --file")
-    settings = Settings.from_env()
+    settings = client_settings()
     results = _load(task_id, path, settings)
-    verifier = Verifier(upstream or settings.upstream_url, model, tolerance=tolerance, fail_on_drift=fail_on_drift)
+    verifier = Verifier(upstream or settings.upstream_url, model, engine=engine or settings.upstream_engine,
+                        tolerance=tolerance, fail_on_drift=fail_on_drift)
     ok, out = True, []
     for result in results:
         report = verifier.verify(result.trajectory, _records(settings, result.session_id))
@@ -66,13 +69,11 @@ def _records(settings: Settings, session_id: str) -> list | None:
     """The session's completion records, for the id check, while Redis still keeps them."""
     if not settings.redis_url:
         return None
-    from pipeline import keys
-    from pipeline.codec import unpack
-    from pipeline.redis_conn import connect
-    from pipeline.schemas import CompletionRecord
+    from pipeline.stores.connection import connect
+    from pipeline.stores.records import RecordStore
 
     try:
-        blobs = connect(settings).lrange(keys.session_completions(session_id), 0, -1)
+        records, _ = RecordStore(connect(settings), settings.records_ttl_seconds).completions(session_id)
     except Exception:  # the id check is a bonus; scoring still runs
         return None
-    return [CompletionRecord.model_validate(unpack(b)) for b in blobs] or None
+    return records or None

@@ -6,14 +6,14 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from infra.cli.state import up_state_file, write_up_state
 from pipeline.settings import Settings
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # a source checkout
 
 
 def _stack(settings: Settings, policies: dict[str, str], flower_port: int | None, model: bool,
@@ -55,7 +55,7 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     click.echo("starting ...")
     try:
         stack.start()
-        stack.write_state()
+        write_up_state(stack.settings, stack.state())
         for k, v in stack.state().items():
             click.echo(f"  {k:13} {v}")
         click.echo("ready; Ctrl-C stops everything")
@@ -66,7 +66,7 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
         click.echo("stopping ...")
     finally:
         stack.stop()
-        stack.settings.up_state_file.unlink(missing_ok=True)
+        up_state_file(stack.settings).unlink(missing_ok=True)
 
 
 @click.command()
@@ -74,8 +74,8 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
 @click.option("--timeout", type=float, default=600.0, show_default=True)
 def demo(samples: int, timeout: float) -> None:
     """Start the stack, run the example agent on an example task, print what happened."""
+    from infra.cli.render import console, follow
     from infra.refserver import build_tiny_model
-    from pipeline.cli.render import console, follow
     from pipeline.client import RolloutClient, load_task_file
 
     _sigterm_as_interrupt()
@@ -89,7 +89,7 @@ def demo(samples: int, timeout: float) -> None:
     t = time.monotonic()
     model_dir = build_tiny_model(settings.model_dir)
     console.print(f"model: {model_dir} ({time.monotonic() - t:.1f}s)")
-    stack = _stack(replace(settings), {"demo-policy": str(EXAMPLES / "demo_policy.json")}, None, True, False)
+    stack = _stack(settings, {"demo-policy": str(EXAMPLES / "demo_policy.json")}, None, True, False)
     ok = False
     try:
         t = time.monotonic()

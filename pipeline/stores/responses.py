@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 
-from pipeline import keys
+from pipeline import codec, keys
 from pipeline.codec import pack, unpack
 
 
@@ -23,5 +23,5 @@ class ResponseStore:
         pipe.execute()
 
     def load(self, session_id: str, response_id: str) -> dict[str, Any] | None:
-        blob = self._r.hget(keys.session_responses(session_id), response_id)
-        return unpack(blob) if blob else None
+        raw = self._r.hget(keys.session_responses(session_id), response_id)
+        return unpack(codec.blob(raw)) if raw else None

@@ -12,51 +12,28 @@ from __future__ import annotations
 import redis
 
 from pipeline import keys
-
-_RESERVE = """
-local now = redis.call('TIME')
-local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
-  return 1
-end
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
-  return 1
-end
-return 0
-"""
-_PUSH = """
-local now = redis.call('TIME')
-local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
-redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[1])
-redis.call('LREM', KEYS[2], 0, ARGV[1])
-return redis.call('RPUSH', KEYS[2], ARGV[1])
-"""
-_CLAIM = """
-local n = redis.call('LREM', KEYS[2], 0, ARGV[1])
-if n > 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
-return n
-"""
+from pipeline.stores import lua
 
 
 class ReadyBuffer:
     def __init__(self, r: redis.Redis, capacity: int) -> None:
         self._r = r
         self.capacity = capacity
+        self._reserve = lua.bind(r, lua.READY_RESERVE)
+        self._push = lua.bind(r, lua.READY_PUSH)
+        self._claim = lua.bind(r, lua.READY_CLAIM)
 
     def reserve(self, session_id: str, ttl_seconds: float) -> bool:
         """Take a slot for a session about to initialise; False when the buffer is full."""
-        return bool(self._r.eval(_RESERVE, 1, keys.READY_SLOTS, session_id, self.capacity, ttl_seconds))
+        return bool(self._reserve(keys=[keys.READY_SLOTS], args=[session_id, self.capacity, ttl_seconds]))
 
     def push(self, session_id: str, ttl_seconds: float) -> None:
         """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN."""
-        self._r.eval(_PUSH, 2, keys.READY_SLOTS, keys.READY_LIST, session_id, ttl_seconds)
+        self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
 
     def claim(self, session_id: str) -> bool:
         """Take the session out of READY; exactly one caller ever gets True."""
-        return bool(self._r.eval(_CLAIM, 2, keys.READY_SLOTS, keys.READY_LIST, session_id))
+        return bool(self._claim(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id]))
 
     def release(self, session_id: str) -> None:
         """Give the slot back without running (INIT failed or the session was cancelled)."""

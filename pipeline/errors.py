@@ -1,0 +1,85 @@
+"""The project's exception tree. Every error the project raises on purpose is a ``PolarError``;
+each plug-in seam has exactly one error type (its registry raises it for unknown names and bad
+configs too)::
+
+    PolarError
+     ├── ConfigError              a setting (POLAR_* variable) is unknown or invalid
+     ├── StateError               a Redis store refused a write or lacks a record
+     │    ├── TransitionRefused   a session status write the state machine forbids
+     │    ├── TaskExists          submit of a task id that is taken
+     │    └── TaskNotFound
+     ├── BuildError               seam: trajectory builders      (pipeline/builders)
+     ├── EngineError              seam: upstream engine dialects (proxy/upstream)
+     │    └── CaptureError        the engine answered without the ids capture needs
+     ├── RuntimeBackendError      seam: runtimes                 (workers/runtimes)
+     │    ├── RuntimeStartError   the backend could not create the environment
+     │    └── ExecError           a command could not be started (not: it exited non-zero)
+     ├── HarnessError             seam: harness adapters         (workers/harnesses)
+     ├── EvaluationError          seam: evaluators               (workers/evaluators)
+     ├── VerifyError              the verifier could not score   (proxy/verify.py)
+     └── ProxyError               seam: providers; its own tree with HTTP statuses (proxy/errors.py)
+"""
+
+from __future__ import annotations
+
+
+class PolarError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class ConfigError(PolarError):
+    pass
+
+
+class StateError(PolarError):
+    pass
+
+
+class TransitionRefused(StateError):
+    def __init__(self, session_id: str, current: str | None, target: str) -> None:
+        self.session_id, self.current, self.target = session_id, current, target
+        super().__init__(f"session {session_id}: {current or 'missing'} -> {target} refused")
+
+
+class TaskExists(StateError):
+    pass
+
+
+class TaskNotFound(StateError):
+    pass
+
+
+class BuildError(PolarError):
+    """The completions cannot be turned into a trajectory (reported as a session error)."""
+
+
+class EngineError(PolarError):
+    pass
+
+
+class CaptureError(EngineError):
+    """The upstream answered, but not with what token-faithful capture needs."""
+
+
+class RuntimeBackendError(PolarError):
+    pass
+
+
+class RuntimeStartError(RuntimeBackendError):
+    pass
+
+
+class ExecError(RuntimeBackendError):
+    pass
+
+
+class HarnessError(PolarError):
+    pass
+
+
+class EvaluationError(PolarError):
+    pass
+
+
+class VerifyError(PolarError):
+    pass

@@ -1,0 +1,62 @@
+"""One store class per Redis structure: the only code that reads or writes it. Key names come
+from ``pipeline.keys``, Lua scripts from ``stores.lua``.
+
+| structure                                   | store                                  |
+|---------------------------------------------|----------------------------------------|
+| session hash, session in-flight counter     | ``sessions.SessionStore``              |
+| session completion / error record lists     | ``records.RecordStore``                |
+| session trajectory and result blobs         | ``outputs.OutputStore``                |
+| Responses-API state of a session            | ``responses.ResponseStore``            |
+| task hash, its session list and counted set | ``tasks.TaskStore``                    |
+| READY list and slot leases                  | ``ready.ReadyBuffer``                  |
+| stage leases, the reaper's lock             | ``leases``                             |
+| the results stream                          | ``results_stream.ResultsStream``       |
+| proxy pause flag, policy version, in-flight | ``proxy_control.ProxyControlStore``    |
+| Celery's stage queue lists (read only)      | ``queues.queue_depths``                |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from pipeline.settings import Settings
+from pipeline.stores.outputs import OutputStore
+from pipeline.stores.proxy_control import ProxyControlStore
+from pipeline.stores.ready import ReadyBuffer
+from pipeline.stores.records import RecordStore
+from pipeline.stores.responses import ResponseStore
+from pipeline.stores.results_stream import ResultsStream
+from pipeline.stores.sessions import SessionStore
+from pipeline.stores.tasks import TaskStore
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Every store on one client, configured from the settings."""
+
+    r: redis.Redis
+    sessions: SessionStore
+    records: RecordStore
+    outputs: OutputStore
+    responses: ResponseStore
+    tasks: TaskStore
+    ready: ReadyBuffer
+    results: ResultsStream
+    proxy_control: ProxyControlStore
+
+    @classmethod
+    def open(cls, r: redis.Redis, settings: Settings) -> "Stores":
+        ttl = settings.result_ttl_seconds
+        sessions = SessionStore(r, ttl)
+        outputs = OutputStore(r, ttl)
+        ready = ReadyBuffer(r, settings.ready_capacity)
+        return cls(r=r, sessions=sessions, records=RecordStore(r, ttl), outputs=outputs,
+                   responses=ResponseStore(r, ttl), tasks=TaskStore(r, sessions, ready, outputs, ttl),
+                   ready=ready, results=ResultsStream(r, maxlen=settings.results_stream_maxlen),
+                   proxy_control=ProxyControlStore(r))
+
+
+__all__ = ["OutputStore", "ProxyControlStore", "ReadyBuffer", "RecordStore", "ResponseStore", "ResultsStream",
+           "SessionStore", "Stores", "TaskStore"]

@@ -1,0 +1,53 @@
+"""The completion records of a session (written by the proxy, read by POSTRUN and the verifier)
+and the records of its failed model calls (kept apart: a failure is never a completion)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from pipeline import keys
+from pipeline.codec import blob, unpack
+from pipeline.schemas import CompletionRecord, UpstreamErrorRecord
+
+
+class RecordStore:
+    def __init__(self, r: redis.Redis, ttl_seconds: int) -> None:
+        self._r = r
+        self.ttl = ttl_seconds  # a session that never ends cannot leak its records
+
+    # --- writes: commands the proxy sends inside its release round trip -----------------------
+
+    def append_completion_commands(self, session_id: str, record: bytes) -> list[tuple[Any, ...]]:
+        return self._append(keys.session_completions(session_id), record)
+
+    def append_error_commands(self, session_id: str, record: bytes) -> list[tuple[Any, ...]]:
+        return self._append(keys.session_errors(session_id), record)
+
+    def _append(self, key: str, record: bytes) -> list[tuple[Any, ...]]:
+        return [("RPUSH", key, record), ("EXPIRE", key, self.ttl)]
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def completions(self, session_id: str) -> tuple[list[CompletionRecord], int]:
+        """The session's completion records in arrival order, and how many were unreadable (a
+        corrupt record is counted, never silently trained on)."""
+        records, bad = [], 0
+        for raw in self._r.lrange(keys.session_completions(session_id), 0, -1):
+            try:
+                records.append(CompletionRecord.model_validate(unpack(blob(raw))))
+            except Exception:
+                bad += 1
+        return records, bad
+
+    def errors(self, session_id: str) -> list[UpstreamErrorRecord]:
+        return [UpstreamErrorRecord.model_validate(unpack(blob(b)))
+                for b in self._r.lrange(keys.session_errors(session_id), 0, -1)]
+
+    def expire(self, session_id: str, ttl_seconds: int) -> None:
+        """Raw records are large; once the result is out they only serve debugging."""
+        pipe = self._r.pipeline(transaction=False)
+        for key in (keys.session_completions(session_id), keys.session_errors(session_id)):
+            pipe.expire(key, ttl_seconds)
+        pipe.execute()

@@ -1,0 +1,261 @@
+"""The session hash (and the session's in-flight call counter): written only through this store.
+
+Status writes go through one Lua script that checks the enum's rules server-side, so a write
+that would leave a terminal state (or skip a stage) is refused even when two processes race.
+Every field has a name here (``F``, the timing fields of ``SessionTiming`` and the per-stage
+markers); nothing else spells a field of the session hash.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Sequence
+
+import redis
+
+from pipeline import keys
+from pipeline.codec import text
+from pipeline.errors import StateError, TransitionRefused
+from pipeline.schemas import SessionSpec, SessionTiming
+from pipeline.status import Outcome, SessionStatus, Stage
+from pipeline.stores import lua
+
+TIMING_FIELDS = tuple(SessionTiming.model_fields)
+# Model calls are accepted while the session's runtime is up and the agent may run.
+ACCEPTS_CALLS = (SessionStatus.INITIALIZING, SessionStatus.READY, SessionStatus.RUNNING)
+DONE_NOWHERE = "-"  # a stage finished without sending the session on
+
+
+class F(str, Enum):
+    """Fields of the session hash besides the timing fields and the stage markers."""
+
+    STATUS = "status"
+    TASK_ID = "task_id"
+    SAMPLE_INDEX = "sample_index"
+    SPEC = "spec"
+    REGISTERED_AT = "registered_at"
+    OUTCOME = "outcome"  # how the agent part ended (first write wins)
+    ERROR = "error"
+    CANCEL = "cancel"  # "1" once a cancel was requested
+    DEADLINE = "deadline"  # epoch seconds; the budget counts from INIT start
+    RUNTIME = "runtime"  # JSON handle any worker can re-attach the runtime from
+    AGENT_EXIT_CODE = "agent_exit_code"
+    SEQ = "seq"  # model calls admitted so far (written by the begin-call script)
+
+
+def started_field(stage: Stage) -> str:
+    return f"started:{stage.value}"
+
+
+def done_field(stage: Stage) -> str:
+    return f"done:{stage.value}"
+
+
+_WRITABLE = {f.value for f in F} | set(TIMING_FIELDS)
+
+
+@dataclass
+class SessionState:
+    session_id: str
+    status: SessionStatus
+    spec: SessionSpec
+    outcome: Outcome | None
+    error: str | None
+    cancel_requested: bool
+    deadline: float | None
+    runtime: dict[str, Any] | None
+    timing: SessionTiming
+    started: set[Stage] = field(default_factory=set)
+    # stage -> where it sent the session (None: nowhere)
+    done: dict[Stage, Stage | None] = field(default_factory=dict)
+
+    def remaining(self, now: float | None = None) -> float | None:
+        if self.deadline is None:
+            return None
+        return self.deadline - (time.time() if now is None else now)
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """What the reaper needs of one session: its status and which stages started / finished."""
+
+    session_id: str
+    status: SessionStatus
+    started: frozenset[Stage]
+    done: frozenset[Stage]
+
+
+class SessionStore:
+    def __init__(self, r: redis.Redis, ttl_seconds: int = 7 * 24 * 3600) -> None:
+        self._r = r
+        self._ttl = ttl_seconds
+        self._transition = lua.bind(r, lua.SESSION_TRANSITION)
+
+    # --- creation and reads ------------------------------------------------------------------
+
+    def register(self, spec: SessionSpec, pipe: Any = None) -> None:
+        target = pipe if pipe is not None else self._r
+        key = keys.session(spec.session_id)
+        target.hset(key, mapping={
+            F.STATUS.value: SessionStatus.REGISTERED.value,
+            F.TASK_ID.value: spec.task_id,
+            F.SAMPLE_INDEX.value: spec.sample_index,
+            F.SPEC.value: spec.model_dump_json(),
+            F.REGISTERED_AT.value: repr(time.time()),
+        })
+        target.expire(key, self._ttl)
+        target.zadd(keys.ACTIVE_SESSIONS, {spec.session_id: time.time()})
+
+    def retire(self, session_id: str) -> None:
+        """The session is terminal and published: the reaper no longer watches it."""
+        self._r.zrem(keys.ACTIVE_SESSIONS, session_id)
+
+    def active(self, limit: int = 10_000) -> list[str]:
+        members: list[bytes] = self._r.zrange(keys.ACTIVE_SESSIONS, 0, limit - 1)  # type: ignore[assignment]
+        return [text(s) for s in members]
+
+    def get(self, session_id: str) -> SessionState | None:
+        raw: dict[Any, Any] = self._r.hgetall(keys.session(session_id))
+        if not raw:
+            return None
+        f = {text(k): text(v) for k, v in raw.items()}
+        return SessionState(
+            session_id=session_id,
+            status=SessionStatus(f[F.STATUS]),
+            spec=SessionSpec.model_validate_json(f[F.SPEC]),
+            outcome=Outcome(f[F.OUTCOME]) if f.get(F.OUTCOME) else None,
+            error=f.get(F.ERROR) or None,
+            cancel_requested=f.get(F.CANCEL) == "1",
+            deadline=float(f[F.DEADLINE]) if f.get(F.DEADLINE) else None,
+            runtime=json.loads(f[F.RUNTIME]) if f.get(F.RUNTIME) else None,
+            timing=SessionTiming(**{k: float(f[k]) for k in TIMING_FIELDS if f.get(k)}),
+            started={s for s in Stage if f.get(started_field(s))},
+            done={s: (None if v == DONE_NOWHERE else Stage(v))
+                  for s in Stage if (v := f.get(done_field(s)))},
+        )
+
+    def status(self, session_id: str) -> SessionStatus | None:
+        raw = self._r.hget(keys.session(session_id), F.STATUS.value)
+        return SessionStatus(text(raw)) if raw else None
+
+    def progress(self, session_ids: Sequence[str]) -> list[StageProgress | None]:
+        """Status and stage markers of many sessions in one round trip (None: expired)."""
+        pipe = self._r.pipeline(transaction=False)
+        for sid in session_ids:
+            pipe.hmget(keys.session(sid), F.STATUS.value, *map(started_field, Stage), *map(done_field, Stage))
+        out: list[StageProgress | None] = []
+        n = len(Stage)
+        for sid, row in zip(session_ids, pipe.execute()):
+            if row[0] is None:
+                out.append(None)
+                continue
+            out.append(StageProgress(
+                sid, SessionStatus(text(row[0])),
+                frozenset(s for s, v in zip(Stage, row[1:1 + n]) if v),
+                frozenset(s for s, v in zip(Stage, row[1 + n:1 + 2 * n]) if v)))
+        return out
+
+    def queue_summary(self, pipe: Any, session_id: str) -> None:
+        """Add to ``pipe`` the read that ``parse_summary`` turns into (status, index, timing)."""
+        pipe.hmget(keys.session(session_id), F.STATUS.value, F.SAMPLE_INDEX.value, *TIMING_FIELDS)
+
+    @staticmethod
+    def parse_summary(row: list[bytes | None]) -> tuple[SessionStatus | None, int, SessionTiming]:
+        status = SessionStatus(text(row[0])) if row[0] else None
+        timing = SessionTiming(**{k: float(v) for k, v in zip(TIMING_FIELDS, row[2:]) if v})
+        return status, int(row[1] or 0), timing
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def transition(self, session_id: str, target: SessionStatus, *,
+                   expected: Iterable[SessionStatus] | None = None, **fields: Any) -> SessionStatus:
+        """Move to ``target`` if the rules (and ``expected``) allow it, writing ``fields`` (named
+        fields of the hash) with it; returns the old status."""
+        allowed = target.predecessors()
+        if expected is not None:
+            allowed &= frozenset(expected)
+        argv: list[Any] = [target.value, ",".join(s.value for s in allowed)]
+        for k, v in _checked(fields).items():
+            argv += [k, v]
+        ok, previous = self._transition(keys=[keys.session(session_id)], args=argv)
+        previous = previous.decode() if isinstance(previous, bytes) else previous
+        if not ok:
+            raise TransitionRefused(session_id, previous or None, target.value)
+        return SessionStatus(previous)
+
+    def set(self, session_id: str, **fields: Any) -> None:
+        self._r.hset(keys.session(session_id), mapping=_checked(fields))  # type: ignore[arg-type]
+
+    def stamp(self, session_id: str, timing_field: str) -> float:
+        now = time.time()
+        self.set(session_id, **{timing_field: now})
+        return now
+
+    def set_outcome(self, session_id: str, outcome: Outcome, error: str | None = None) -> Outcome:
+        """Record how the agent part ended; the first outcome wins (cancel beats a later timeout)."""
+        key = keys.session(session_id)
+        if self._r.hsetnx(key, F.OUTCOME.value, outcome.value):
+            if error:
+                self._r.hset(key, F.ERROR.value, error[:4000])
+            return outcome
+        return Outcome(text(self._r.hget(key, F.OUTCOME.value) or b""))
+
+    def request_cancel(self, session_id: str) -> None:
+        self._r.hset(keys.session(session_id), F.CANCEL.value, "1")
+
+    def cancel_requested(self, session_id: str) -> bool:
+        return self._r.hget(keys.session(session_id), F.CANCEL.value) == b"1"
+
+    # --- stage markers (the redelivery guard, workers/stages/common.py) ---------------------
+
+    def mark_started(self, session_id: str, stage: Stage) -> None:
+        self._r.hset(keys.session(session_id), started_field(stage), "1")
+
+    def mark_done(self, session_id: str, stage: Stage, sent_to: Stage | None) -> None:
+        """The stage finished and sent the session to ``sent_to`` (a redelivered copy repeats it)."""
+        self._r.hset(keys.session(session_id), done_field(stage),
+                     sent_to.value if sent_to is not None else DONE_NOWHERE)
+
+    # --- model calls in flight (the proxy's begin/end round trips) ---------------------------
+
+    def begin_call_command(self) -> tuple[Any, ...]:
+        """Head of the EVALSHA the proxy sends to admit a call (``begin_call_args`` completes it)."""
+        return ("EVALSHA", lua.SESSION_BEGIN_CALL.sha, 2)
+
+    @staticmethod
+    def begin_call_args(session_id: str) -> tuple[str, ...]:
+        return (keys.session(session_id), keys.session_inflight(session_id), *(s.value for s in ACCEPTS_CALLS))
+
+    def load_begin_call_script(self) -> None:
+        """After NOSCRIPT (Redis restarted): load the script the proxy calls by sha."""
+        self._r.script_load(lua.SESSION_BEGIN_CALL.source)
+
+    @staticmethod
+    def end_call_commands(session_id: str) -> list[tuple[Any, ...]]:
+        return [("DECR", keys.session_inflight(session_id))]
+
+    def inflight_calls(self, session_id: str) -> int:
+        return int(self._r.get(keys.session_inflight(session_id)) or 0)
+
+    def exists(self, session_id: str) -> bool:
+        return bool(self._r.exists(keys.session(session_id)))
+
+
+def _checked(fields: dict[str, Any]) -> dict[str, str]:
+    unknown = set(fields) - _WRITABLE
+    if unknown:
+        raise StateError(f"not fields of the session hash: {sorted(unknown)}")
+    return {k: _encode(v) for k, v in fields.items()}
+
+
+def _encode(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    if isinstance(v, Enum):
+        return str(v.value)
+    return str(v)
