@@ -54,8 +54,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         task_retry_on_worker_lost=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         # Flower sees queued, started and finished tasks of every stage.
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
         task_track_started=True,
         worker_hijack_root_logger=False,
     )

@@ -44,10 +44,12 @@ class Delivery:
 
 
 class RolloutClient:
-    def __init__(self, api_url: str, *, redis_url: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, api_url: str, *, redis_url: str | None = None, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        """``transport``: another way to reach the API (tests: ``httpx.WSGITransport(app=...)``)."""
         self.api_url = api_url.rstrip("/")
         self.redis_url = redis_url
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, transport=transport)
 
     # --- tasks -------------------------------------------------------------------------------
 

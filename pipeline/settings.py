@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -79,6 +80,8 @@ class Settings(BaseSettings):
     # above the worst consumer lag (watch XINFO GROUPS lag).
     results_stream_maxlen: int = Field(default=10_000, gt=0)
     callback_attempts: int = Field(default=4, ge=1)
+    # Celery task events (what Flower shows: queued, started, finished per task).
+    task_events: bool = True
     max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
 
     @property
@@ -94,6 +97,8 @@ class Settings(BaseSettings):
         """Settings from the environment (default ``os.environ``) and ``.env``; every problem is a
         ``ConfigError`` that names the variable."""
         env = dict(os.environ if environ is None else environ)
+        if environ is None:
+            env.update({k: v or "" for k, v in dotenv_values(".env").items()})
         check_variables(env)
         try:
             if environ is None:

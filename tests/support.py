@@ -31,3 +31,50 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError("condition not met in time")
+
+
+# --- calling the proxy through the vendors' SDKs (tests/inproc and tests/proxy) ---------------
+
+MSG = [{"role": "user", "content": "hi"}]
+KINDS = ["chat", "responses", "anthropic", "google"]  # one per provider API
+PROVIDER_OF = {"chat": "openai_chat", "responses": "openai_responses", "anthropic": "anthropic", "google": "google"}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages",
+         "google": "/v1beta/models/fake:generateContent"}
+
+
+def call(kind: str, c: dict, model: str, stream: bool = False):
+    """One model call of API ``kind`` through the SDK clients ``c`` (openai, anthropic, google)."""
+    if kind == "chat":
+        if stream:
+            return list(c["openai"].chat.completions.create(model=model, messages=MSG, stream=True))
+        return c["openai"].chat.completions.create(model=model, messages=MSG)
+    if kind == "responses":
+        if stream:
+            return list(c["openai"].responses.create(model=model, input="hi", stream=True))
+        return c["openai"].responses.create(model=model, input="hi")
+    if kind == "anthropic":
+        if stream:
+            with c["anthropic"].messages.stream(model=model, max_tokens=10, messages=MSG) as s:
+                return s.get_final_message()
+        return c["anthropic"].messages.create(model=model, max_tokens=10, messages=MSG)
+    if stream:
+        return list(c["google"].models.generate_content_stream(model=model, contents="hi"))
+    return c["google"].models.generate_content(model=model, contents="hi")
+
+
+def error_shape(kind: str, body: dict) -> bool:
+    """Whether ``body`` is an error in the provider's own shape."""
+    if kind == "anthropic":
+        return body["type"] == "error" and isinstance(body["error"]["message"], str)
+    if kind == "google":
+        return isinstance(body["error"]["code"], int) and isinstance(body["error"]["status"], str)
+    return isinstance(body["error"]["message"], str) and "type" in body["error"]
+
+
+def records(redis_url: str, sid: str) -> tuple[list[dict], list[dict]]:
+    """The session's completion records and failed-call records, as dicts."""
+    from pipeline.stores.records import RecordStore
+
+    store = RecordStore(redis.Redis.from_url(redis_url), 3600)
+    done, _ = store.completions(sid)
+    return [r.model_dump() for r in done], [e.model_dump() for e in store.errors(sid)]

@@ -35,7 +35,7 @@ def cli() -> None:
 def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str, loglevel: str) -> None:
     """Run the Celery worker of one stage queue (e.g. `polar worker --stage run -c 8`)."""
     from infra.stack import STAGE_CONCURRENCY, STAGE_POOLS
-    from pipeline.celery_app import STAGE_TASKS_MODULE, get_app
+    from pipeline.celery_app import STAGE_TASKS_MODULE, make_app
 
     st = Stage(stage)
     settings = Settings.from_env()
@@ -43,9 +43,9 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
     os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> bounded soft shutdown + requeue
     argv = ["worker", "-Q", st.queue, "-n", f"{st.value}@{hostname}",
             "-P", pool or STAGE_POOLS[st], "-c", str(concurrency or STAGE_CONCURRENCY[st]),
-            "-I", STAGE_TASKS_MODULE, "-E", "--without-gossip", "--without-mingle",
-            "--loglevel", loglevel]
-    app = get_app()
+            "-I", STAGE_TASKS_MODULE, *(["-E"] if settings.task_events else []),
+            "--without-gossip", "--without-mingle", "--loglevel", loglevel]
+    app = make_app(settings)
     app.conf.worker_soft_shutdown_timeout = 10.0
     app.worker_main(argv)
 

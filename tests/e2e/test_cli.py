@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -88,10 +87,7 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0, out
     assert "stopping" in out
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in children if alive(p)]
+    wait_for(lambda: not any(alive(p) for p in children), timeout=10)
     assert not (tmp_path / "up.json").exists()
     for url in (state["api_url"], env["POLAR_PROXY_URL"]):
         try:

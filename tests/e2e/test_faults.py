@@ -2,84 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 import redis
 
 from pipeline import keys
 from pipeline.celery_app import dispatch, make_app
-from pipeline.client import RolloutError
 from pipeline.status import SessionStatus, Stage, TaskState
+from pipeline.stores.queues import queue_depths
 from tests.e2e.conftest import sleepy_task, wait_for
 
 
 @pytest.fixture(scope="module")
 def rds(stack):
     return redis.Redis.from_url(stack.settings.redis_url)
-
-
-# --- bad input -------------------------------------------------------------------------------
-
-def test_unknown_session_gets_openai_404(stack):
-    for base, key in ((f"{stack.settings.proxy_url}/s/sk-polar-nope/v1", "x"),
-                      (f"{stack.settings.proxy_url}/v1", "sk-polar-nope")):
-        sdk = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
-        with pytest.raises(openai.NotFoundError) as info:
-            sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        assert info.value.body["code"] == "session_not_found"
-        assert "sk-polar-nope" in info.value.body["message"]
-
-
-def test_malformed_json_to_the_api_and_the_proxy(stack, client, demo_task):
-    resp = httpx.post(f"{stack.settings.api_url}/rollout/task/submit", content=b"{not json",
-                      headers={"content-type": "application/json"})
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "malformed_json"
-    # The proxy needs a live session to get as far as parsing: use one that is running.
-    task = sleepy_task(timeout_seconds=60)
-    task_id = client.submit(task)
-    sid = client.status(task_id).sessions[0].session_id
-    wait_for(lambda: client.status(task_id, results=False).counts.get("RUNNING"))
-    resp = httpx.post(f"{stack.settings.proxy_url}/s/{sid}/v1/chat/completions", content=b'{"messages": [',
-                      headers={"content-type": "application/json"})
-    assert resp.status_code == 400
-    err = resp.json()["error"]
-    assert err["type"] == "invalid_request_error" and "malformed JSON" in err["message"]
-    sdk = openai.OpenAI(base_url=f"{stack.settings.proxy_url}/s/{sid}/v1", api_key="x", max_retries=0)
-    with pytest.raises(openai.BadRequestError) as info:
-        sdk.chat.completions.create(model="m", messages=[])
-    assert info.value.body["param"] == "messages"
-    client.cancel(task_id)
-    client.wait(task_id, timeout=60, results=False)
-
-
-def test_invalid_task_request_names_the_field_and_creates_nothing(client, demo_task, rds):
-    demo_task["runtime"]["backend"] = "dokcer"
-    demo_task["timout_seconds"] = 3
-    with pytest.raises(RolloutError) as info:
-        client.submit(demo_task)
-    assert info.value.status == 400
-    fields = {f["field"] for f in info.value.body["error"]["fields"]}
-    assert {"runtime.backend", "timout_seconds"} <= fields
-    assert not rds.exists(keys.task(demo_task["task_id"]))
-
-
-def test_duplicate_task_id_is_a_conflict(client, demo_task):
-    demo_task["num_samples"] = 1
-    client.submit(demo_task)
-    with pytest.raises(RolloutError) as info:
-        client.submit(demo_task)
-    assert info.value.status == 409
-    client.wait(demo_task["task_id"], timeout=120, results=False)
-
-
-def test_unknown_task_is_404(client):
-    with pytest.raises(RolloutError) as info:
-        client.status("no-such-task")
-    assert info.value.status == 404
 
 
 # --- timeout and cancel ----------------------------------------------------------------------
@@ -106,10 +44,8 @@ def test_cancel_tears_the_runtime_down(client, stack):
     wait_for(lambda: all((d / "workspace" / "started.txt").exists() for d in runtime_dirs), timeout=60)
     pids = [int(p.name) for d in runtime_dirs for p in (d / ".pids").iterdir()]
     assert pids
-    started = time.monotonic()
     assert client.cancel(task_id)["status"] == "cancelling"
-    status = client.wait(task_id, timeout=60, poll_seconds=0.2)
-    assert time.monotonic() - started < 30
+    status = client.wait(task_id, timeout=30, poll_seconds=0.2)  # within seconds, not the 300 s budget
     assert status.status == TaskState.CANCELLED
     assert {r.status for r in status.results} == {SessionStatus.CANCELLED}
     assert all(len(r.trajectory.traces) == 1 for r in status.results)  # partial work kept
@@ -125,6 +61,14 @@ def test_cancel_before_start_never_runs_the_agent(client, stack, rds):
     assert status.status == TaskState.CANCELLED
     assert {r.status for r in status.results} == {SessionStatus.CANCELLED}
     assert rds.llen(keys.READY_LIST) == 0
+
+
+def _idle(app, rds) -> bool:
+    """No stage message waiting and no stage task running on any worker."""
+    if sum(queue_depths(rds, [s.queue for s in Stage]).values()):
+        return False
+    active = app.control.inspect(timeout=1.0).active() or {}
+    return bool(active) and not any(active.values())
 
 
 def _alive(pid: int) -> bool:
@@ -144,9 +88,7 @@ def test_redelivered_stage_tasks_do_not_run_or_publish_twice(client, demo_task, 
     app = make_app(stack.settings)
     for stage in Stage:  # Celery delivers every stage again
         dispatch(app, stage, sid)
-    time.sleep(3)
-    wait_for(lambda: sum(rds.llen(s.queue) for s in Stage) == 0, timeout=30)
-    time.sleep(1)
+    wait_for(lambda: _idle(app, rds), timeout=30)
     entries = [f for _, f in rds.xrange(keys.RESULTS_STREAM) if f[b"session_id"].decode() == sid]
     assert len(entries) == 1
     assert rds.get(keys.session_published(sid)) == entry_id

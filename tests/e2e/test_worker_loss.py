@@ -4,7 +4,6 @@ ERROR with the partial trajectory captured so far, long before any visibility ti
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from pipeline.status import SessionStatus, TaskState
@@ -23,13 +22,11 @@ def test_killed_run_worker_is_recovered(client, stack):
     wait_for(lambda: (runtime / "workspace" / "started.txt").exists(), timeout=60)
     agents = [int(p.name) for p in (runtime / ".pids").iterdir()]
     stack.kill("worker-run")
-    killed_at = time.monotonic()
     stack.respawn("worker-run")  # what an orchestrator does; the lost message stays with the dead one
-    status = client.wait(task_id, timeout=90, poll_seconds=0.5)
-    recovered_in = time.monotonic() - killed_at
+    # lease (6 s) + reaper interval (2 s) + teardown: within a minute, not the 4 h visibility timeout
+    status = client.wait(task_id, timeout=60, poll_seconds=0.5)
     [result] = status.results
     assert status.status == TaskState.COMPLETED
     assert result.status == SessionStatus.ERROR and "run worker lost" in (result.error or "")
     assert len(result.trajectory.traces) == 1  # the model call made before the loss is kept
-    assert recovered_in < 60  # lease (6 s) + reaper interval (2 s) + teardown, not hours
     wait_for(lambda: not any(_alive(p) for p in agents), timeout=10)  # the orphaned agent is gone

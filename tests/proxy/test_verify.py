@@ -100,3 +100,17 @@ def test_per_request_billing_lines_do_not_break_the_chain(ref_stack):
     assert all("billing" not in rec.normalized_request["messages"][0]["content"] for rec in records)
     assert "cch=00001" in str(records[0].original_request["system"])  # the original is kept verbatim
     assert len(merge(records).traces) == 1
+
+
+def test_sglang_sessions_are_scored_through_its_native_generate(sglang_stack):
+    records = session_records(sglang_stack, ChatDriver)
+    traj = merge(records)
+    verifier = Verifier(sglang_stack.settings.upstream_url, "sdk-tools", engine="sglang")
+    assert verifier.engine.score_path == "/generate"
+    report = verifier.verify(traj, records)
+    assert report.ok and report.traces[0].max_abs_diff <= 1e-4, report.summary()
+    assert report.traces[0].trainable == sum(len(r.response_ids) for r in records)
+    bad = traj.traces[0].model_copy(deep=True)
+    first = next(i for i, m in enumerate(bad.loss_mask) if m)
+    bad.response_logprobs[first].logprob -= 0.05
+    assert verifier.verify_trace(0, bad).violations == 1

@@ -10,22 +10,15 @@ from celery.signals import worker_ready
 
 from pipeline.celery_app import CALLBACK_DELIVERY_TASK, get_app
 from pipeline.status import Stage
-from workers.stages import callback, evaluate, init, postrun, reaper, run
+from workers.stages import callback, reaper
+from workers.stages.bodies import BODIES
 from workers.stages.common import deps, run_stage
 
 app = get_app()
 
-_BODIES = {
-    Stage.INIT: (init.body, init.recover),
-    Stage.RUN: (run.body, run.recover),
-    Stage.POSTRUN: (postrun.body, None),
-    Stage.EVALUATE: (evaluate.body, None),
-    Stage.CALLBACK: (callback.body, None),
-}
-
 
 def _make_task(stage: Stage):
-    body, recover = _BODIES[stage]
+    body, recover = BODIES[stage]
 
     # max_retries bounds task_retry_on_worker_lost: a killed child is retried once, and the
     # retry finds the stage "started" and recovers instead of repeating side effects.

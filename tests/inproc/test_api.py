@@ -1,0 +1,99 @@
+"""The rollout API in-process (Flask test client / the trainer client over a WSGI transport):
+validation, conflicts, cancellation before any worker ran, the pipeline status. Stage messages
+go to the real Celery queues in Redis; no worker consumes them here."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from pipeline.api.app import create_app
+from pipeline.client import RolloutClient, RolloutError
+from pipeline.settings import Settings
+from pipeline.status import Outcome, SessionStatus, Stage
+from pipeline.stores.queues import queue_depths
+from tests.support import MSG
+
+TASK = {"instruction": "write hello.txt", "num_samples": 3, "agent": {"custom_shell": "true"},
+        "metadata": {"group_id": "g"}}
+
+
+@pytest.fixture
+def api(r, redis_url, tmp_path):
+    return create_app(Settings(home=tmp_path, redis_url=redis_url))
+
+
+@pytest.fixture
+def client(api, redis_url):
+    return RolloutClient("http://api.test", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
+
+
+def queued(r, stage: Stage) -> int:
+    return queue_depths(r, [stage.queue])[stage.queue]
+
+
+def test_submit_registers_every_session_and_queues_init(client, stores, r):
+    task_id = client.submit({**TASK, "task_id": "t-submit"})
+    status = client.status(task_id)
+    assert task_id == "t-submit" and status.total_sessions == 3 and status.counts == {"REGISTERED": 3}
+    assert sorted(s.sample_index for s in status.sessions) == [0, 1, 2]
+    assert queued(r, Stage.INIT) == 3 and status.metadata == {"group_id": "g"}
+    assert all(stores.sessions.status(s.session_id) == SessionStatus.REGISTERED for s in status.sessions)
+
+
+def test_invalid_task_request_names_each_field_and_creates_nothing(client, stores, r):
+    bad = {**TASK, "task_id": "t-bad", "runtime": {"backend": "dokcer"}, "timout_seconds": 3}
+    with pytest.raises(RolloutError) as info:
+        client.submit(bad)
+    assert info.value.status == 400
+    assert {"runtime.backend", "timout_seconds"} <= {f["field"] for f in info.value.body["error"]["fields"]}
+    assert not stores.tasks.exists("t-bad") and queued(r, Stage.INIT) == 0
+
+
+@pytest.mark.parametrize("raw, kind", [(b"{not json", "malformed_json"), (b'{"instruction": NaN}', "malformed_json"),
+                                       (b"[1, 2]", "invalid_request")])
+def test_malformed_bodies_are_400_in_the_api_format(api, raw, kind):
+    resp = api.test_client().post("/rollout/task/submit", data=raw, content_type="application/json")
+    assert resp.status_code == 400 and resp.get_json()["error"]["type"] == kind
+
+
+def test_duplicate_task_id_is_a_conflict(client):
+    client.submit({**TASK, "task_id": "t-dup"})
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "task_id": "t-dup"})
+    assert info.value.status == 409
+
+
+def test_unknown_task_is_404(client):
+    for call in (lambda: client.status("no-such-task"), lambda: client.cancel("no-such-task")):
+        with pytest.raises(RolloutError) as info:
+            call()
+        assert info.value.status == 404 and info.value.body["error"]["type"] == "not_found"
+
+
+def test_cancel_before_any_worker_sends_every_session_to_postrun(client, stores, r):
+    task_id = client.submit({**TASK, "task_id": "t-cancel"})
+    out = client.cancel(task_id)
+    assert out["moved_to_postrun"] == 3 and out["flagged"] == 0
+    assert queued(r, Stage.POSTRUN) == 3
+    for s in client.status(task_id).sessions:
+        state = stores.sessions.get(s.session_id)
+        assert state.status == SessionStatus.POSTRUN and state.outcome == Outcome.CANCELLED
+    assert client.status(task_id).status.value == "cancelling"
+
+
+def test_pipeline_status_lists_every_stage_queue(client, api):
+    client.submit({**TASK, "task_id": "t-status"})
+    data = api.test_client().get("/rollout/status?workers=0").get_json()
+    assert set(data["queues"]) == {s.queue for s in Stage} and data["queues"]["init"] == 3
+    assert data["ready"]["capacity"] > 0 and data["tasks"] == {"pending": 1}
+    assert api.test_client().get("/health").get_json() == {"status": "ok"}
+
+
+def test_proxy_refuses_an_unknown_session_in_the_openai_format(proxy_app):
+    client = proxy_app.test_client()
+    for path, headers in (("/s/sk-polar-nope/v1/chat/completions", {}),
+                          ("/v1/chat/completions", {"Authorization": "Bearer sk-polar-nope"})):
+        resp = client.post(path, json={"model": "m", "messages": MSG}, headers=headers)
+        body = resp.get_json()["error"]
+        assert resp.status_code == 404 and body["code"] == "session_not_found" and "sk-polar-nope" in body["message"]

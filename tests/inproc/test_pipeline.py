@@ -1,0 +1,100 @@
+"""Sessions through every stage in this process: the stage bodies under their redelivery guard,
+the in-process ``memory`` runtime, an "agent" that calls the proxy app through the OpenAI SDK,
+real Redis. The same code runs in Celery workers in tests/e2e; here no process is started."""
+
+from __future__ import annotations
+
+import httpx2
+import openai
+import pytest
+
+from infra import fake_upstream
+from pipeline.schemas import TaskRequest
+from pipeline.settings import Settings
+from pipeline.status import SessionStatus, Stage, TaskState
+from proxy.app import create_app as create_proxy
+from proxy.upstream import WSGITransport
+from tests.inproc.conftest import BASE, UPSTREAM
+from tests.support import MSG
+from workers.runtimes.base import ExecResult
+from workers.runtimes.memory import BACKEND as MEMORY
+from workers.runtimes.memory import MemoryRuntime
+from workers.stages.bodies import BODIES
+from workers.stages.common import make_deps, run_stage
+
+
+@pytest.fixture
+def deps(r, redis_url, tmp_path):
+    settings = Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, proxy_url=BASE,
+                        inflight_drain_seconds=0)
+    d = make_deps(settings)
+    proxy = create_proxy(settings, transport=WSGITransport(fake_upstream.app))
+
+    def agent(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+        """A two-call agent: what a harness does, through the URL and key it was given."""
+        sdk = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0,
+                            http_client=httpx2.Client(transport=httpx2.WSGITransport(app=proxy)))
+        for _ in range(2):
+            sdk.chat.completions.create(model="fake", messages=MSG)
+        rt.files[rt.path("hello.txt")] = rt.files[rt.path("/polar/session/instruction.txt")]
+        return ExecResult(int(argv[1]) if len(argv) > 1 else 0, stdout="done")
+
+    def check(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+        return ExecResult(0 if rt.files.get(rt.path("hello.txt")) == b"write hello.txt" else 1)
+
+    MemoryRuntime.commands.update(agent=agent, check=check)
+    yield d
+    MemoryRuntime.commands.clear()
+    MemoryRuntime.live.clear()
+
+
+def submit(d, **overrides) -> list[str]:
+    task = {"instruction": "write hello.txt", "num_samples": 2, "runtime": {"backend": MEMORY},
+            "agent": {"custom_shell": "agent"}, "evaluator": {"strategy": "command", "config": {"command": "check"}},
+            **overrides}
+    return [s.session_id for s in d.stores.tasks.create(TaskRequest.model_validate(task))]
+
+
+def run_all(d, sid: str) -> list[str]:
+    return [run_stage(stage, sid, *BODIES[stage], d=d) for stage in Stage]
+
+
+def test_sessions_go_through_every_stage_and_reach_the_stream(deps):
+    sids = submit(deps)
+    for sid in sids:
+        assert run_all(deps, sid) == ["done"] * 5
+    for sid in sids:
+        result = deps.stores.outputs.result(sid)
+        assert result.status == SessionStatus.COMPLETED and result.reward == 1.0
+        assert len(result.trajectory.traces) == 2  # per_request: one trace per model call
+        assert all(t.response_ids == [101, 102, 103] and t.reward == 1.0 for t in result.trajectory.traces)
+        assert MemoryRuntime.live[sid].stopped  # EVALUATE tore the runtime down
+    deps.stores.results.ensure_group("trainer")
+    entries = deps.stores.results.read("trainer", "rank0", pending=False, count=10, block_ms=None)
+    assert sorted(e.session_id for e in entries) == sorted(sids)
+    task_id = deps.stores.outputs.result(sids[0]).task_id
+    assert deps.stores.tasks.status(task_id).status == TaskState.COMPLETED
+
+
+def test_redelivered_stages_do_nothing_twice(deps):
+    [sid] = submit(deps, num_samples=1)
+    run_all(deps, sid)
+    calls = len(deps.stores.records.completions(sid)[0])
+    assert run_all(deps, sid) == ["already-done"] * 5
+    assert len(deps.stores.records.completions(sid)[0]) == calls  # the agent did not run again
+    assert len(MemoryRuntime.live[sid].executed) == 2  # agent + check, once each
+
+
+def test_an_agent_that_fails_ends_error_with_its_partial_trajectory(deps):
+    [sid] = submit(deps, num_samples=1, agent={"custom_shell": "agent 3"})
+    run_all(deps, sid)
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.ERROR and "agent exited 3" in result.error
+    assert len(result.trajectory.traces) == 2  # what the model sampled is kept
+
+
+def test_a_missing_command_is_an_error_not_a_crash(deps):
+    [sid] = submit(deps, num_samples=1, agent={"custom_shell": "no-such-agent"})
+    assert run_all(deps, sid) == ["done"] * 5
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.ERROR and "127" in result.error and result.trajectory.traces == []
