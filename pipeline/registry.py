@@ -21,6 +21,15 @@ class Registry(Generic[T]):
         self.kind = kind
         self.error = error
         self._items: dict[str, T] = {}
+        self._paths: dict[str, str] = {}  # registered by import string, loaded on first use
+
+    @classmethod
+    def from_catalog(cls, kind: str, error: type[PolarError], catalog: dict[str, str]) -> "Registry[T]":
+        """A registry of the catalogue's plug-ins (``pipeline/plugins.py``), each imported only
+        when first resolved."""
+        registry: Registry[T] = cls(kind, error)
+        registry._paths.update(catalog)
+        return registry
 
     def register(self, name: str, item: T) -> T:
         if name in self._items and self._items[name] is not item:
@@ -29,37 +38,43 @@ class Registry(Generic[T]):
         return item
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return sorted({*self._items, *self._paths})
 
     def __getitem__(self, name: str) -> T:
         """A registered item (no import paths)."""
-        try:
-            return self._items[name]
-        except KeyError:
-            raise self.error(f"{self.kind} {name!r} is not registered") from None
+        if name not in self:
+            raise self.error(f"{self.kind} {name!r} is not registered")
+        return self.resolve(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
+        return iter([*self._items, *(n for n in self._paths if n not in self._items)])
 
     def items(self) -> Iterator[tuple[str, T]]:
         """Registered items in registration order (detection order, for providers)."""
-        return iter(self._items.items())
+        return iter([(name, self.resolve(name)) for name in self])
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._paths
 
     def resolve(self, name: str) -> T:
         item = self._items.get(name)
         if item is not None:
             return item
+        if name in self._paths:
+            item = self._import(name, self._paths[name])
+            self._items[name] = item
+            return item
         if ":" in name:
-            try:
-                resolved: T = pkgutil.resolve_name(name)
-                return resolved
-            except (ImportError, AttributeError, ValueError) as exc:
-                raise self.error(f"cannot import {self.kind} {name!r}: {exc}") from exc
+            return self._import(name, name)
         raise self.error(f"{self.kind} {name!r} is not available in this build "
                          f"(available: {', '.join(self.names())})")
+
+    def _import(self, name: str, path: str) -> T:
+        try:
+            resolved: T = pkgutil.resolve_name(path)
+            return resolved
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise self.error(f"cannot import {self.kind} {name!r}: {exc}") from exc
 
     def build(self, name: str, config: dict[str, Any] | None = None) -> Any:
         """Resolve a factory and call it with ``config`` as keywords; a bad config is the seam's

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from pipeline.codec import pack
-from proxy.upstream import Captured
+from proxy.upstream.base import Captured
 
 # Already captured as structured fields; not stored twice.
 _BULKY = ("prompt_token_ids", "prompt_logprobs", "sglext")

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline import plugins
 from pipeline.builders.base import BuildContext, TrajectoryBuilder
-from pipeline.builders.per_request import PerRequestBuilder
-from pipeline.builders.prefix_merging import PrefixMergingBuilder
 from pipeline.errors import BuildError
 from pipeline.registry import Registry
 
-# Adding a builder: write its module (see ``base.TrajectoryBuilder``), add one line below.
-BUILDERS: Registry[type[TrajectoryBuilder]] = Registry("builder", BuildError)
-BUILDERS.register("per_request", PerRequestBuilder)
-BUILDERS.register("prefix_merging", PrefixMergingBuilder)
+# Adding a builder: write its module (see ``base.TrajectoryBuilder``), add one line to pipeline/plugins.py.
+BUILDERS: Registry[type[TrajectoryBuilder]] = Registry.from_catalog("builder", BuildError, plugins.BUILDERS)
 
 
 def create(strategy: str, config: dict[str, Any] | None = None) -> TrajectoryBuilder:

@@ -18,6 +18,7 @@ new chain instead of merging a turn whose context would drift.
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -211,6 +212,9 @@ def detect_eot(records: list[CompletionRecord]) -> int | None:
 def _eot_from(tokenizer: str | None) -> int | None:
     if tokenizer is None:
         return None
+    if tokenizer.startswith(("/", ".")) and not os.path.isdir(tokenizer):
+        # A path that is not there (a hub id may still be in the local cache: loaded below).
+        raise BuildError(f"cannot load tokenizer {tokenizer!r}: no such directory")
     try:
         from transformers import AutoTokenizer
 

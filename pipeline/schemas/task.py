@@ -22,17 +22,18 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline import plugins
+
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # Task ids end up in URLs and Redis keys: printable, no slash, no whitespace.
 TASK_ID = re.compile(r"^[^\s/\\\x00-\x1f\x7f]{1,200}$")
 
-# Names the pipeline accepts. The workers' registries implement them (tests check that every
-# registered name is listed here); a listed name not yet implemented fails its session with a
-# clear error instead of being refused at submit time.
-HARNESSES = ("shell", "codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi")
-BUILDERS = ("per_request", "prefix_merging")
-EVALUATORS = ("session_completed", "command", "test_on_output", "swebench_harness")
-RUNTIME_BACKENDS = ("local", "docker", "apptainer")
+# Names the pipeline accepts: the plug-in catalogue (pipeline/plugins.py); a planned name not
+# yet implemented fails its session with a clear error instead of being refused at submit time.
+HARNESSES = (*plugins.HARNESSES, *plugins.PLANNED["harness"])
+BUILDERS = tuple(plugins.BUILDERS)
+EVALUATORS = (*plugins.EVALUATORS, *plugins.PLANNED["evaluator strategy"])
+RUNTIME_BACKENDS = (*plugins.RUNTIMES, *plugins.PLANNED["runtime backend"])
 
 
 class _Spec(BaseModel):

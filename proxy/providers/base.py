@@ -22,7 +22,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
-from pipeline.stores.responses import ResponseStore
 from proxy.errors import BadRequest, ProxyError, UnsupportedEndpoint
 
 ROOT_PATHS = ("/", "/v1")  # a bare base URL: the API is told by headers, then body
@@ -45,12 +44,20 @@ class Route:
     item_id: str | None = None  # a stored object's id (Responses)
 
 
+class ResponseState(Protocol):
+    """Stored Responses-API objects of a session (``pipeline.stores.responses.ResponseStore``)."""
+
+    def save(self, session_id: str, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None: ...
+
+    def load(self, session_id: str, response_id: str) -> dict[str, Any] | None: ...
+
+
 @dataclass(frozen=True)
 class ProviderScope:
     """The per-session state a provider may keep, and the call's query parameters."""
 
     session_id: str
-    responses: ResponseStore
+    responses: ResponseState
     query: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from pipeline import plugins
 from pipeline.errors import HarnessError
 from pipeline.registry import Registry
 from workers.harnesses.base import AgentCommand, Harness, HarnessContext
 from workers.harnesses.env import harness_env, proxy_env
-from workers.harnesses.shell import ShellHarness
 
-# Adding a harness: write its module (see ``base.Harness``), add one line below.
-HARNESSES: Registry[type[Harness]] = Registry("harness", HarnessError)
-HARNESSES.register("shell", ShellHarness)
+# Adding a harness: write its module (see ``base.Harness``), add one line to pipeline/plugins.py.
+HARNESSES: Registry[type[Harness]] = Registry.from_catalog("harness", HarnessError, plugins.HARNESSES)
 
 
 def create(name: str) -> Harness:

@@ -1,19 +1,19 @@
 """Runtimes and their registry: ``create`` for INIT, ``attach`` (from a handle) for later stages.
-Adding a backend: write its module (see ``base.RuntimeBackend``), add one line below."""
+Adding a backend: write its module (see ``base.RuntimeBackend``), add one line to
+``pipeline/plugins.py``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from pipeline import plugins
 from pipeline.errors import ExecError, RuntimeBackendError, RuntimeStartError
 from pipeline.registry import Registry
 from pipeline.schemas import RuntimeSpec
 from workers.runtimes.base import SESSION_MOUNT, ExecResult, Runtime, RuntimeBackend
-from workers.runtimes.local import LocalRuntime
 
-BACKENDS: Registry[RuntimeBackend] = Registry("runtime backend", RuntimeBackendError)
-BACKENDS.register("local", LocalRuntime)
+BACKENDS: Registry[RuntimeBackend] = Registry.from_catalog("runtime backend", RuntimeBackendError, plugins.RUNTIMES)
 
 
 def create(spec: RuntimeSpec, session_id: str, runtime_root: Path) -> Runtime:

@@ -1,0 +1,35 @@
+"""Every plug-in the project ships, by seam: the one place a plug-in is registered.
+
+A name maps to an import string (``module:attribute``), the way stage tasks are addressed by
+name: ``pipeline`` knows what exists without importing ``workers``, task payloads are checked
+against these names at submit time (``schemas/task.py``), and each seam's registry loads the
+implementation on first use in the process that runs it (``Registry.from_catalog``).
+``PLANNED`` names are accepted at submit and end the session with a clear "not available in
+this build" until they are implemented.
+
+Adding a runtime backend, harness, evaluator or builder: write its module, add one line here.
+(Provider APIs and engine dialects live inside the proxy and register there.)
+"""
+
+from __future__ import annotations
+
+RUNTIMES = {
+    "local": "workers.runtimes.local:LocalRuntime",
+}
+HARNESSES = {
+    "shell": "workers.harnesses.shell:ShellHarness",
+}
+EVALUATORS = {
+    "session_completed": "workers.evaluators.session_completed:SessionCompletedEvaluator",
+    "command": "workers.evaluators.command:CommandEvaluator",
+}
+BUILDERS = {
+    "per_request": "pipeline.builders.per_request:PerRequestBuilder",
+    "prefix_merging": "pipeline.builders.prefix_merging:PrefixMergingBuilder",
+}
+
+PLANNED = {
+    "runtime backend": ("docker", "apptainer"),
+    "harness": ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi"),
+    "evaluator strategy": ("test_on_output", "swebench_harness"),
+}
