@@ -68,7 +68,8 @@ def one(provider_name: str, body: dict, answer_bytes: bytes) -> tuple[float, flo
     captured = engine.extract(raw)
     turn = turn_from_chat(raw, parsed.model)
     provider.render(turn, parsed)
-    record = build_record(session_id="s", seq=1, provider=provider_name, stream=False, captured=captured,
+    record = build_record(session_id="s", seq=1, provider=provider_name, stream=False, model=parsed.model,
+                          captured=captured,
                           original=body, normalized=parsed.chat, upstream=raw, response_message=assistant_message(turn),
                           started_at=0.0, finished_at=0.0, latency_ms=0.0, upstream_url="u", policy_version=None)
     t2 = time.perf_counter()

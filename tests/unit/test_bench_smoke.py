@@ -1,0 +1,20 @@
+"""The benchmarks run by hand (bench/); their pure parts run here at toy sizes so a refactor
+cannot break them unnoticed."""
+
+from __future__ import annotations
+
+import json
+
+from bench import merge_bench, record_bench
+
+
+def test_record_bench_converts_and_records_every_provider():
+    answer = json.dumps(record_bench.engine_answer()).encode()
+    for name, body in record_bench.requests().items():
+        parse_ms, convert_ms, record = record_bench.one(name, body, answer)
+        assert parse_ms >= 0 and convert_ms >= 0 and len(record) > 1000
+
+
+def test_merge_bench_session_merges_into_its_conversations():
+    records = merge_bench.session(conversations=2, turns=3, base=50, response=5, tool=4)
+    assert merge_bench.timed(records, repeat=1) > 0
