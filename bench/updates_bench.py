@@ -30,7 +30,7 @@ def main() -> None:
     config = StackConfig(settings=Settings(home=home), model_dir=model,
                          policies={"long": str(ROOT / "bench" / "long_policy.json")})
     with Stack(config) as stack:
-        client = RolloutClient(stack.settings.api_url)
+        client = RolloutClient.from_settings(stack.settings)
         rows = {}
         for builder in ("per_request", "prefix_merging"):
             task = load_task_file(ROOT / "examples" / "demo_task.json")

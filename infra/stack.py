@@ -1,17 +1,22 @@
-"""Start and stop the whole stack as child processes: embedded Redis, the reference model
-server, the proxy, the rollout API and one Celery worker per stage (plus Flower on request).
+"""Start, supervise and stop the whole stack as child processes: embedded Redis, the reference
+model server, the proxy, the rollout API and one Celery worker per stage (plus Flower).
 
 Used by ``polar up`` / ``polar demo`` and by the test suite, so tests exercise exactly what a
-user runs. Children die with the launcher (``PR_SET_PDEATHSIG``); ``stop`` also kills any agent
-process group a local runtime left behind, so nothing keeps running after Ctrl-C.
+user runs. A child that dies (OOM kill, a Flower "shut down worker" click, a crash) is started
+again with back-off while the rest keeps running; the embedded Redis keeps an append-only file
+in ``$POLAR_HOME/redis`` and comes back from it. Every control surface gets a secret
+(``infra/tokens.py``). Children die with the launcher (``PR_SET_PDEATHSIG``); ``stop`` also kills
+any agent a local runtime left behind, so nothing keeps running after Ctrl-C.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +25,11 @@ from typing import Any
 import httpx
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
+from infra.tokens import with_tokens
 from pipeline.settings import Settings
 from pipeline.status import Stage
+
+log = logging.getLogger("polar.stack")
 
 # Pool per stage: RUN holds a slot for a whole agent session and mostly waits on a subprocess;
 # INIT/EVALUATE wait on runtimes; CALLBACK waits on HTTP: threads. POSTRUN builds trajectories
@@ -29,6 +37,8 @@ from pipeline.status import Stage
 STAGE_POOLS = {Stage.INIT: "threads", Stage.RUN: "threads", Stage.POSTRUN: "prefork",
                Stage.EVALUATE: "threads", Stage.CALLBACK: "threads"}
 STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUATE: 4, Stage.CALLBACK: 4}
+RESTART_BACKOFF_MAX = 30.0
+STABLE_AFTER_SECONDS = 60.0  # a child that ran this long restarts without back-off next time
 
 
 @dataclass
@@ -49,14 +59,19 @@ class StackConfig:
     fixed_ports: bool = False  # use the ports of the settings' URLs instead of free ones
     components: tuple[str, ...] = ("proxy", "api", "workers")  # besides Redis and the upstream
     proxy_workers: int | None = None
+    supervise: bool = True  # restart children that die (a thread; `polar up` also calls supervise())
+    persist_redis: bool = False  # the embedded Redis keeps an append-only file in $POLAR_HOME/redis
 
 
 @dataclass
 class Child:
     name: str
+    args: list[str]
     proc: subprocess.Popen
     log_path: Path
-    args: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    restarts: int = 0
+    restart_at: float | None = None  # when a dead child is due to start again
 
 
 class Stack:
@@ -64,79 +79,83 @@ class Stack:
         self.config = config
         self.settings = config.settings
         self.redis: EmbeddedRedis | None = None
-        self.children: list[Child] = []
-        self._args: dict[str, list[str]] = {}
+        self.children: dict[str, Child] = {}
         self.log_dir = config.log_dir or (self.settings.home / "logs")
+        self.restarts: list[tuple[float, str]] = []  # (time, name): what the supervisor restarted
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     # --- start -------------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> "Stack":
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        s = self.settings
+        s = with_tokens(self.settings)
         try:
             if not s.redis_url:
-                self.redis = EmbeddedRedis().start()
+                data = self.settings.home / "redis" if self.config.persist_redis else None
+                self.redis = EmbeddedRedis(data_dir=data).start()
                 s = s.replace(redis_url=self.redis.url)
             ports = {k: free_port() for k in ("api", "proxy", "model")}
             if self.config.fixed_ports:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
-            s = s.replace(api_url=f"http://127.0.0.1:{ports['api']}",
-                        proxy_url=f"http://127.0.0.1:{ports['proxy']}",
-                        upstream_url=s.upstream_url if self.config.upstream == "external"
-                        else f"http://127.0.0.1:{ports['model']}")
+            s = s.replace(api_url=f"http://127.0.0.1:{ports['api']}", proxy_url=f"http://127.0.0.1:{ports['proxy']}",
+                          upstream_url=s.upstream_url if self.config.upstream == "external"
+                          else f"http://127.0.0.1:{ports['model']}")
             self.settings = s
-            if self.config.upstream == "reference":
-                args = ["model", "serve", "--port", str(ports["model"]), "--served-name", self.config.served_model_name,
-                        "--dialect", self.config.dialect]
-                if self.config.model_dir:
-                    args += ["--model-dir", str(self.config.model_dir)]
-                if self.config.chat_template:
-                    args += ["--chat-template", str(self.config.chat_template)]
-                for name, path in self.config.policies.items():
-                    args += ["--policy", f"{name}={path}"]
-                self._spawn("model", args)
-            elif self.config.upstream == "fake":
-                self._spawn("model", ["model", "fake", "--port", str(ports["model"])])
-            if "proxy" in self.config.components:
-                workers = ["--workers", str(self.config.proxy_workers)] if self.config.proxy_workers else []
-                self._spawn("proxy", ["proxy", "--port", str(ports["proxy"]), *workers])
-            if "api" in self.config.components:
-                self._spawn("api", ["api", "--port", str(ports["api"])])
-            for stage in Stage if "workers" in self.config.components else ():
-                c = self.config.concurrency.get(stage, STAGE_CONCURRENCY[stage])
-                self._spawn(f"worker-{stage.value}", ["worker", "--stage", stage.value, "-c", str(c),
-                                                      "--hostname", self.config.hostname])
-            if self.config.flower_port:
-                self._spawn("flower", ["flower", "--port", str(self.config.flower_port)])
+            for name, args in self._commands(ports).items():
+                self._spawn(name, args)
             self._wait_ready(timeout)
             if "workers" in self.config.components:
                 self._wait_workers(time.monotonic() + timeout)
         except BaseException:
             self.stop()
             raise
+        if self.config.supervise:
+            self._supervisor = threading.Thread(target=self._supervise_loop, name="polar-supervisor", daemon=True)
+            self._supervisor.start()
         return self
 
-    def kill(self, name: str) -> int:
-        """SIGKILL one child's whole process group (fault tests); returns its pid."""
-        child = next(c for c in self.children if c.name == name)
-        _signal_group(child.proc, signal.SIGKILL)
-        child.proc.wait()
-        self.children.remove(child)
-        self._args.setdefault(name, child.args)
-        return child.proc.pid
+    def _commands(self, ports: dict[str, int]) -> dict[str, list[str]]:
+        c, out = self.config, {}
+        if c.upstream == "reference":
+            args = ["model", "serve", "--port", str(ports["model"]), "--served-name", c.served_model_name,
+                    "--dialect", c.dialect]
+            if c.model_dir:
+                args += ["--model-dir", str(c.model_dir)]
+            if c.chat_template:
+                args += ["--chat-template", str(c.chat_template)]
+            for name, path in c.policies.items():
+                args += ["--policy", f"{name}={path}"]
+            out["model"] = args
+        elif c.upstream == "fake":
+            out["model"] = ["model", "fake", "--port", str(ports["model"])]
+        if "proxy" in c.components:
+            out["proxy"] = ["proxy", "--port", str(ports["proxy"]),
+                            *(["--workers", str(c.proxy_workers)] if c.proxy_workers else [])]
+        if "api" in c.components:
+            out["api"] = ["api", "--port", str(ports["api"])]
+        for stage in Stage if "workers" in c.components else ():
+            out[f"worker-{stage.value}"] = ["worker", "--stage", stage.value, "-c",
+                                            str(c.concurrency.get(stage, STAGE_CONCURRENCY[stage])),
+                                            "--hostname", c.hostname]
+        if c.flower_port:
+            out["flower"] = ["flower", "--port", str(c.flower_port)]
+        return out
 
-    def respawn(self, name: str) -> None:
-        self._spawn(name, self._args[name])
-
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], restarts: int = 0) -> Child:
         log_path = self.log_dir / f"{name}.log"
-        env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1",
-               "FLOWER_UNAUTHENTICATED_API": "true"}
-        with open(log_path, "ab") as log:
+        env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1"}
+        if self.settings.secret("flower_basic_auth"):
+            env["FLOWER_BASIC_AUTH"] = self.settings.secret("flower_basic_auth") or ""
+        with open(log_path, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", *args], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_die_with_parent)
-        self.children.append(Child(name, proc, log_path, args))
+        child = Child(name, args, proc, log_path, restarts=restarts)
+        with self._lock:
+            self.children[name] = child
+        return child
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -175,35 +194,96 @@ class Stack:
                 raise TimeoutError(f"workers not ready; queues consumed: {sorted(seen)}")
 
     def _check_alive(self) -> None:
-        for child in self.children:
+        """While starting, a child that exits is a configuration error: report it."""
+        for child in list(self.children.values()):
             if child.proc.poll() is not None:
                 tail = child.log_path.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"{child.name} exited with {child.proc.returncode}:\n{tail}")
 
+    # --- supervision -------------------------------------------------------------------------
+
+    def supervise(self) -> list[str]:
+        """Restart what died (Redis first), each with back-off; returns the names restarted now."""
+        restarted: list[str] = []
+        now = time.monotonic()
+        with self._lock:
+            if self._stopping.is_set():
+                return restarted
+            if self.redis is not None and not self.redis.alive():
+                log.warning("embedded Redis died; restarting it from its append-only file")
+                self.redis.start()
+                restarted.append("redis")
+            for child in list(self.children.values()):
+                if child.proc.poll() is None:
+                    continue
+                if child.restart_at is None:
+                    ran = now - child.started
+                    tries = 0 if ran > STABLE_AFTER_SECONDS else child.restarts
+                    child.restarts = tries + 1
+                    child.restart_at = now + min(RESTART_BACKOFF_MAX, 0.5 * 2 ** tries)
+                    log.warning("%s exited with %s after %.0fs; restarting in %.1fs", child.name,
+                                child.proc.returncode, ran, child.restart_at - now)
+                if now >= child.restart_at:
+                    self._spawn(child.name, child.args, restarts=child.restarts)
+                    self.restarts.append((time.time(), child.name))
+                    restarted.append(child.name)
+        return restarted
+
+    def _supervise_loop(self) -> None:
+        while not self._stopping.wait(0.5):
+            try:
+                self.supervise()
+            except Exception:  # the supervisor itself must not die
+                log.exception("supervising the stack failed")
+
+    def kill(self, name: str) -> int:
+        """SIGKILL one child's whole process group (fault tests; the supervisor restarts it);
+        returns its pid. ``redis`` kills the embedded Redis."""
+        if name == "redis":
+            assert self.redis is not None and self.redis.pid is not None
+            pid = self.redis.pid
+            self.redis.kill()
+            return pid
+        child = self.children[name]
+        _signal_group(child.proc, signal.SIGKILL)
+        child.proc.wait()
+        return child.proc.pid
+
+    def pid(self, name: str) -> int | None:
+        if name == "redis":
+            return self.redis.pid if self.redis is not None and self.redis.alive() else None
+        child = self.children.get(name)
+        return child.proc.pid if child is not None and child.proc.poll() is None else None
+
     # --- stop --------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        # Workers first, cold (SIGQUIT): a warm shutdown would wait for hour-long agent runs.
-        for child in reversed(self.children):
-            if child.proc.poll() is None:
-                # Celery workers: cold shutdown (a warm one waits for hour-long agent runs);
-                # gunicorn: quick shutdown (a graceful one waits for idle keep-alive clients).
-                sig = signal.SIGQUIT if child.name.startswith("worker-") else signal.SIGINT
-                _signal_group(child.proc, sig)
-        deadline = time.monotonic() + 10
-        for child in self.children:
-            try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(child.proc, signal.SIGKILL)
-                child.proc.wait()
-        self.children.clear()
+        self._stopping.set()
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=5)
+        with self._lock:
+            children = list(self.children.values())
+            for child in reversed(children):
+                if child.proc.poll() is None:
+                    # Celery workers: cold shutdown (a warm one waits for hour-long agent runs);
+                    # gunicorn: quick shutdown (a graceful one waits for idle keep-alive clients).
+                    sig = signal.SIGQUIT if child.name.startswith("worker-") else signal.SIGINT
+                    _signal_group(child.proc, sig)
+            deadline = time.monotonic() + 10
+            for child in children:
+                try:
+                    child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _signal_group(child.proc, signal.SIGKILL)
+                    child.proc.wait()
+            self.children.clear()
         kill_runtime_processes(self.settings.runtime_root)
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
 
     def state(self) -> dict[str, Any]:
+        """What the CLI's client commands need to find the stack (no secrets: infra/tokens.py)."""
         return {"pid": os.getpid(), "redis_url": self.settings.redis_url, "api_url": self.settings.api_url,
                 "proxy_url": self.settings.proxy_url, "upstream_url": self.settings.upstream_url,
                 "flower_url": f"http://127.0.0.1:{self.config.flower_port}" if self.config.flower_port else None,

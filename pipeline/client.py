@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
+from pipeline.settings import Settings
 from pipeline.stores.results_stream import ResultsStream, StreamEntry
 
 
@@ -44,12 +45,18 @@ class Delivery:
 
 
 class RolloutClient:
-    def __init__(self, api_url: str, *, redis_url: str | None = None, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        """``transport``: another way to reach the API (tests: ``httpx.WSGITransport(app=...)``)."""
+    def __init__(self, api_url: str, *, redis_url: str | None = None, api_token: str | None = None,
+                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        """``api_token``: the API's bearer token (POLAR_API_TOKEN); ``transport``: another way to
+        reach the API (tests: ``httpx.WSGITransport(app=...)``)."""
         self.api_url = api_url.rstrip("/")
         self.redis_url = redis_url
-        self._http = httpx.Client(timeout=timeout, transport=transport)
+        headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers=headers)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kw: Any) -> "RolloutClient":
+        return cls(settings.api_url, redis_url=settings.redis_url, api_token=settings.secret("api_token"), **kw)
 
     # --- tasks -------------------------------------------------------------------------------
 

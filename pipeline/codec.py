@@ -45,3 +45,16 @@ def text(value: bytes | str) -> str:
 def blob(value: bytes | str) -> bytes:
     """A Redis reply as bytes."""
     return value.encode() if isinstance(value, str) else value
+
+
+def nesting_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests deeper than ``limit`` (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False

@@ -28,14 +28,10 @@ def session_errors(sid: str) -> str:
     return f"{PREFIX}:sess:{{{sid}}}:errors"
 
 
-def session_inflight(sid: str) -> str:
-    """Counter of proxy calls in progress, so POSTRUN can wait for stragglers."""
-    return f"{PREFIX}:sess:{{{sid}}}:inflight"
-
-
-def session_lease(sid: str, stage: str) -> str:
-    """A worker's lease on one stage of one session (value = holder token, with a TTL)."""
-    return f"{PREFIX}:sess:{{{sid}}}:lease:{stage}"
+def session_calls(sid: str) -> str:
+    """Sorted set of the session's model calls in progress (member = call id, score = lease
+    expiry, renewed by the proxy that holds the call), so POSTRUN can wait for stragglers."""
+    return f"{PREFIX}:sess:{{{sid}}}:calls"
 
 
 def session_trajectory(sid: str) -> str:
@@ -76,14 +72,35 @@ def task_finished(tid: str) -> str:
     return f"{PREFIX}:task:{{{tid}}}:finished"
 
 
-def task_callback_claim(tid: str) -> str:
-    """Held (with a TTL) by the process POSTing the task result to its callback_url."""
-    return f"{PREFIX}:task:{{{tid}}}:callback-claim"
+def task_callback(tid: str) -> str:
+    """Hash: the delivery of the task's result to its callback_url (the outbox record)."""
+    return f"{PREFIX}:task:{{{tid}}}:callback"
 
 
-TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time
-ACTIVE_SESSIONS = f"{PREFIX}:sessions:active"  # sorted set: session id -> registration time
+def task_callback_lease(tid: str) -> str:
+    """Held (with a TTL) by the process POSTing the task result right now."""
+    return f"{PREFIX}:task:{{{tid}}}:callback-lease"
+
+
+TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time (trimmed to the task TTL)
+# Sessions registered whose INIT message was not confirmed sent yet (score = registration time):
+# the reaper sends INIT for those left behind (an API that died between storing and dispatching).
+UNDISPATCHED = f"{PREFIX}:sessions:undispatched"
 REAPER_LOCK = f"{PREFIX}:reaper"  # one reaper pass at a time across all workers
+CALLBACKS_DUE = f"{PREFIX}:callbacks:due"  # zset: task id -> when its callback delivery is due
+
+# --- stage leases ----------------------------------------------------------------------------
+# One entry per (stage, session) a worker is running, in one slot ({leases}) so a script updates
+# both atomically: expiry (score = lease expiry, server time) and owner (the holder's token). The
+# reaper reads the expired ones: O(lost stages), however many sessions are live.
+
+
+def lease_member(stage: str, sid: str) -> str:
+    return f"{stage}:{sid}"
+
+
+LEASE_EXPIRY = f"{PREFIX}:{{leases}}:expiry"
+LEASE_OWNER = f"{PREFIX}:{{leases}}:owner"
 
 # --- READY buffer ----------------------------------------------------------------------------
 
@@ -97,5 +114,5 @@ RESULTS_STREAM = f"{PREFIX}:results"
 # --- proxy -----------------------------------------------------------------------------------
 
 PROXY_PAUSED = f"{PREFIX}:proxy:paused"  # set while weight sync holds new model calls
-PROXY_INFLIGHT = f"{PREFIX}:proxy:inflight"  # upstream calls in progress, all proxies
+PROXY_CALLS = f"{PREFIX}:proxy:calls"  # zset: upstream calls in progress, all proxies (score = lease expiry)
 PROXY_POLICY_VERSION = f"{PREFIX}:proxy:policy-version"  # stamped on every record

@@ -2,18 +2,34 @@
 provider): ``Registry[T]`` maps names to implementations of the seam's Protocol ``T``.
 
 A name resolves to a registered item, or, when it looks like ``package.module:Name``, to that
-attribute loaded with ``pkgutil.resolve_name``, so users plug in their own without touching
-this code. Every failure is the seam's own error type (one per seam, see ``pipeline.errors``).
+attribute loaded with ``pkgutil.resolve_name`` -- but only from a module the operator allowed
+(``POLAR_PLUGIN_MODULES``, applied by each process with ``allow_plugin_modules``): a task payload
+can never name an arbitrary callable such as ``subprocess:Popen``. Every failure is the seam's
+own error type (one per seam, see ``pipeline.errors``).
 """
 
 from __future__ import annotations
 
 import pkgutil
-from typing import Any, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, Sequence, TypeVar
 
 from pipeline.errors import PolarError
 
 T = TypeVar("T")
+
+_allowed_modules: tuple[str, ...] = ()
+
+
+def allow_plugin_modules(modules: Sequence[str]) -> None:
+    """Which modules (and their submodules) import-path plug-ins may come from, in this process."""
+    global _allowed_modules
+    _allowed_modules = tuple(m.strip() for m in modules if m.strip())
+
+
+def plugin_allowed(path: str) -> bool:
+    """Whether an import path ``module:attr`` names an allowed module."""
+    module = path.partition(":")[0]
+    return any(module == m or module.startswith(m + ".") for m in _allowed_modules)
 
 
 class Registry(Generic[T]):
@@ -65,6 +81,8 @@ class Registry(Generic[T]):
             self._items[name] = item
             return item
         if ":" in name:
+            if not plugin_allowed(name):
+                raise self.error(f"{self.kind} {name!r} is not allowed: its module is not in POLAR_PLUGIN_MODULES")
             return self._import(name, name)
         raise self.error(f"{self.kind} {name!r} is not available in this build "
                          f"(available: {', '.join(self.names())})")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dotenv import dotenv_values
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
@@ -59,7 +59,15 @@ class Settings(BaseSettings):
     # A streamed call whose engine answer takes longer than this starts its stream early and
     # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
     stream_keepalive_seconds: float = Field(default=5.0, gt=0)
-    admin_token: str | None = None  # required as x-polar-admin-token on /admin/* when set
+    # Control-surface secrets (`polar up` generates them into $POLAR_HOME/tokens.json). Unset,
+    # a surface is open, and a service refuses to bind beyond loopback (infra/cli).
+    api_token: SecretStr | None = None  # Authorization: Bearer <token> on the rollout API
+    admin_token: SecretStr | None = None  # x-polar-admin-token on the proxy's /admin/*
+    flower_basic_auth: SecretStr | None = None  # "user:password" for Flower
+    callback_secret: SecretStr | None = None  # HMAC key of callback signatures
+    # Hosts a task's callback_url may name (comma-separated; empty: any host but this service's
+    # own API, proxy and Flower).
+    callback_allowed_hosts: str = ""
     # Per-request harness noise removed before the engine sees a prompt (see proxy/noise.py).
     noise_rules: str = "anthropic_billing_header"
     noise_patterns: str | None = None
@@ -73,6 +81,9 @@ class Settings(BaseSettings):
     reaper_interval_seconds: float = Field(default=15.0, gt=0)  # how often workers look for lost stages
     cancel_poll_seconds: float = Field(default=0.25, gt=0)
     inflight_drain_seconds: float = Field(default=5.0, ge=0)
+    # A proxy renews the lease of each model call it holds every third of this; a killed proxy's
+    # calls stop counting as in flight (pause, POSTRUN) after at most this long.
+    call_lease_seconds: float = Field(default=15.0, gt=0)
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
     result_ttl_seconds: int = Field(default=24 * 3600, gt=0)  # terminal SessionResult, for polling
     records_ttl_seconds: int = Field(default=3600, gt=0)  # raw completion records after publishing
@@ -82,7 +93,20 @@ class Settings(BaseSettings):
     callback_attempts: int = Field(default=4, ge=1)
     # Celery task events (what Flower shows: queued, started, finished per task).
     task_events: bool = True
-    max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # a model call to the proxy
+    # Submissions: the body, one instruction, and the instruction bytes a task stores in all
+    # (each session keeps its own spec: instruction x num_samples).
+    max_submit_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    max_instruction_bytes: int = Field(default=1024 * 1024, gt=0)
+    max_task_instruction_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_json_depth: int = Field(default=64, gt=0)
+    # Modules (comma-separated) whose classes a task may name as plug-ins by import path
+    # ("my_lab.graders:Grader"); nothing else can be imported from a payload.
+    plugin_modules: str = ""
+
+    @property
+    def plugin_module_list(self) -> list[str]:
+        return [m.strip() for m in self.plugin_modules.split(",") if m.strip()]
 
     @property
     def runtime_root(self) -> Path:
@@ -113,8 +137,20 @@ class Settings(BaseSettings):
         return type(self).model_validate({**self.model_dump(), **changes})
 
     def to_env(self) -> dict[str, str]:
-        """Environment that reproduces these settings in a child process."""
-        return {ENV_PREFIX + k.upper(): str(v) for k, v in self.model_dump().items() if v is not None}
+        """Environment that reproduces these settings in a child process (secrets included: an
+        environment is not a log)."""
+        out = {}
+        for k, v in self.model_dump().items():
+            if isinstance(v, SecretStr):
+                v = v.get_secret_value()
+            if v is not None:
+                out[ENV_PREFIX + k.upper()] = str(v)
+        return out
+
+    def secret(self, name: str) -> str | None:
+        """The value of a secret setting (``api_token``, ...), or None when unset."""
+        value = getattr(self, name)
+        return value.get_secret_value() if isinstance(value, SecretStr) and value.get_secret_value() else None
 
     def require_redis(self) -> str:
         if not self.redis_url:

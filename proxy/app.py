@@ -7,22 +7,36 @@ wait on the engine, and a greenlet per call lets one process hold hundreds of th
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any, Callable, Iterable
 
 import orjson
+import redis
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from pipeline.credentials import same_secret, session_of_key
+from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy.detection import detect
-from proxy.errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, UnsupportedEndpoint, UpstreamError
+from proxy.errors import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    ProxyError,
+    Unauthorized,
+    Unavailable,
+    UnsupportedEndpoint,
+    UpstreamError,
+)
 from proxy.gateway import Call, Gateway
+from proxy.hot_redis import RedisReplyError as HotRedisError
 from proxy.providers import DEFAULT, PROVIDERS, Provider, Route
-from proxy.sessions import session_id_from
+from proxy.sessions import presented_key
 from proxy.upstream import UpstreamTransport
 
 log = logging.getLogger("polar.proxy")
@@ -33,6 +47,7 @@ try:
 except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
     _GEVENT = False
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
+POLICY_VERSION = re.compile(r"^[!-~]{1,128}$")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -41,13 +56,15 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     settings = settings or Settings.from_env()
     app = Flask("polar.proxy", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    allow_plugin_modules(settings.plugin_module_list)  # an engine dialect named by import path
     gw = Gateway(settings, Stores.open(connect(settings), settings), transport)
+    admin_token = settings.secret("admin_token")
 
     @app.route("/", defaults={"path": ""}, methods=METHODS)
     @app.route("/<path:path>", methods=METHODS)
-    @app.route("/s/<sid>", defaults={"path": ""}, methods=METHODS, strict_slashes=False)
-    @app.route("/s/<sid>/<path:path>", methods=METHODS)
-    def dispatch(path: str, sid: str | None = None) -> Any:
+    @app.route("/s/<key>", defaults={"path": ""}, methods=METHODS, strict_slashes=False)
+    @app.route("/s/<key>/<path:path>", methods=METHODS)
+    def dispatch(path: str, key: str | None = None) -> Any:
         g.provider = PROVIDERS[DEFAULT]
         if request.method == "HEAD":  # Claude Code's preflight of its base URL
             return _json({"status": "ok"})
@@ -60,38 +77,45 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
             raise UnsupportedEndpoint(f"{request.method} /{path} is not served by this proxy")
         provider = g.provider = PROVIDERS[route.provider]
         if route.kind == "health":
-            return _json({"status": "ok"})
+            return _health(gw)
         if route.kind in ("models", "model"):
             return _models(gw, provider, route)
-        session_id = session_id_from(sid, request.headers, request.args)
+        key = presented_key(key, request.headers, request.args)
         if route.kind == "stored":
-            return _json(provider.stored(route, gw.scope(gw.gate.check(session_id))))
+            return _json(provider.stored(route, gw.scope(gw.gate.check(key))))
         if route.kind == "count_tokens":
-            gw.gate.check(session_id)
+            gw.gate.check(key)
             chat = provider.count_tokens_chat(body if body is not None else _json_body(), route)
             return _json(provider.count_tokens_response(gw.count_tokens(chat)))
-        return _generate(gw, settings, route, session_id, body)
+        return _generate(gw, settings, route, key, body)
 
     @app.post("/admin/pause")
     def pause() -> Response:
-        _admin(settings)
-        return _json(gw.control.pause(float(request.args.get("timeout_seconds", 600))))
+        _admin(admin_token)
+        try:
+            timeout = float(request.args.get("timeout_seconds", 600))
+        except ValueError:
+            raise BadRequest("timeout_seconds must be a number", param="timeout_seconds") from None
+        return _json(gw.control.pause(min(max(timeout, 0.0), 3600.0)))
 
     @app.post("/admin/resume")
     def resume() -> Response:
-        _admin(settings)
+        _admin(admin_token)
         data = request.get_json(silent=True) or {}
-        version = data.get("policy_version", request.args.get("policy_version"))
+        version = data.get("policy_version", request.args.get("policy_version")) if isinstance(data, dict) else None
+        if version is not None and not (isinstance(version, (str, int)) and POLICY_VERSION.match(str(version))):
+            raise BadRequest("policy_version must be 1-128 printable characters", param="policy_version")
         return _json(gw.control.resume(None if version is None else str(version)))
 
     @app.get("/admin/status")
     def admin_status() -> Response:
+        _admin(admin_token)
         return _json(gw.control.status())
 
     @app.errorhandler(ProxyError)
     def proxy_error(err: ProxyError) -> Response:
         if err.status >= 500:
-            log.warning("%s %s: %s", request.method, request.path, err.message)
+            log.warning("%s %s: %s", request.method, loggable(request.path), err.message)
         provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
         return _json(provider.error(err), err.status)
 
@@ -105,28 +129,29 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        log.exception("unexpected error on %s %s", request.method, request.path)
+        if isinstance(exc, (redis.RedisError, HotRedisError, ConnectionError)):
+            return proxy_error(Unavailable("the proxy's Redis is unavailable; retry shortly"))
+        log.exception("unexpected error on %s %s", request.method, loggable(request.path))
         return proxy_error(UpstreamError(f"internal proxy error: {type(exc).__name__}"))
 
     return app
 
 
-def _generate(gw: Gateway, settings: Settings, route: Route, session_id: str | None, body: Any) -> Response:
+def _generate(gw: Gateway, settings: Settings, route: Route, key: str | None, body: Any) -> Response:
     provider: Provider = g.provider
-    seq, version = gw.admit(session_id)
-    assert session_id is not None
-    scope = gw.scope(session_id, request.args)
+    lease, seq, version = gw.admit(key)
+    scope = gw.scope(lease.session_id, request.args)
     started = time.time()
     try:
         body = body if body is not None else _json_body()
         parsed = _parse(provider, body, route, provider.context(body, scope))
     except ProxyError as err:
-        gw.fail(session_id, provider.name, err, body, started)
+        gw.fail(lease, provider.name, err, body, started)
         raise
     except BaseException:
-        gw.abandon(session_id)
+        gw.abandon(lease)
         raise
-    call = Call(session_id, seq, version, provider, parsed, body, started, scope)
+    call = Call(lease, seq, version, provider, parsed, body, started, scope)
     if not parsed.stream:
         _, response = gw.complete(call)
         return _json(response)
@@ -222,11 +247,24 @@ def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
     raise err
 
 
-def _admin(settings: Settings) -> None:
-    if settings.admin_token and request.headers.get("x-polar-admin-token") != settings.admin_token:
-        err = ProxyError("admin token required")
-        err.status, err.type = 401, "authentication_error"
-        raise err
+def _admin(token: str | None) -> None:
+    if token is not None and not same_secret(request.headers.get("x-polar-admin-token"), token):
+        raise Unauthorized("the admin endpoints need the x-polar-admin-token header (POLAR_ADMIN_TOKEN)")
+
+
+def _health(gw: Gateway) -> Response:
+    """200 while the proxy can serve: its Redis answers and an engine accepts connections."""
+    checks = {"redis": gw.redis_ok(), "upstream": gw.pool.reachable()}
+    return _json({"status": "ok" if all(checks.values()) else "unavailable", **checks},
+                 200 if all(checks.values()) else 503)
+
+
+def loggable(path: str) -> str:
+    """A request path fit for a log: a session key in it becomes its public session id."""
+    if not path.startswith("/s/"):
+        return path
+    key, sep, rest = path[3:].partition("/")
+    return f"/s/{session_of_key(key) or '<key>'}{sep}{rest}"
 
 
 def _json_body() -> Any:

@@ -5,7 +5,7 @@ version, stamped on every record from then on)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.stores.proxy_control import ProxyControlStore
 from proxy.errors import UpstreamTimeout
@@ -14,29 +14,23 @@ POLL_SECONDS = 0.05
 
 
 class Control:
-    ENTER = ProxyControlStore.ENTER
-    EXIT = ProxyControlStore.EXIT
-
     def __init__(self, store: ProxyControlStore, default_policy_version: str | None = None) -> None:
         self.store = store
         self.default_policy_version = default_policy_version
 
-    def entered(self, replies: list[Any], max_wait: float) -> str | None:
-        """The policy version for an entered call (``replies`` of ``ENTER``); while paused, step
-        out and wait."""
+    def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float) -> str | None:
+        """The policy version for a call that entered (``replies`` of the store's enter
+        commands); while paused, the call steps out, waits, and enters again."""
         _, paused, version = replies
         version = version.decode() if version else None
         deadline = time.monotonic() + max_wait
         while paused:
-            self.exit()
+            self.store.exit(call_id)
             if time.monotonic() > deadline:
                 raise UpstreamTimeout("inference is paused for weight sync and did not resume in time")
             time.sleep(POLL_SECONDS)
-            paused, version = self.store.enter()
+            paused, version = self.store.enter(call_id, lease())
         return version or self.default_policy_version
-
-    def exit(self) -> None:
-        self.store.exit()
 
     def pause(self, timeout: float) -> dict[str, Any]:
         self.store.set_paused(True)

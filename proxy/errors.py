@@ -7,6 +7,8 @@
      ├── NotFound                    404    unknown model or stored response
      │    └── SessionNotFound        404    unknown session id
      ├── SessionNotActive            403    the session no longer accepts model calls
+     ├── Unauthorized                401    /admin/* without the admin token
+     ├── Unavailable                 503    Redis is unreachable: retry
      ├── UnsupportedEndpoint         404    a path no provider serves
      └── UpstreamError               502    the inference server failed or misbehaved
           ├── UpstreamRejected       4xx    it refused the request (its status is passed on)
@@ -51,6 +53,14 @@ class SessionNotFound(NotFound):
 
 class SessionNotActive(ProxyError):
     status, type, code = 403, "permission_error", "session_not_active"
+
+
+class Unauthorized(ProxyError):
+    status, type, code = 401, "authentication_error", "unauthorized"
+
+
+class Unavailable(ProxyError):
+    status, type, code = 503, "overloaded_error", "service_unavailable"
 
 
 class UnsupportedEndpoint(ProxyError):

@@ -9,22 +9,26 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from pipeline.settings import Settings
 from pipeline.stores import Stores
+from pipeline.stores.connection import connect
 from proxy import noise, upstream
 from proxy.capture import build_error_record, build_record
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError
 from proxy.hot_redis import HotRedis, NoScript
+from proxy.inflight import InflightCalls, Lease
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
-from proxy.sessions import SessionGate
+from proxy.sessions import SessionGate, session_for
 from proxy.upstream import UpstreamTransport
 
 
 @dataclass
 class Call:
-    session_id: str
+    lease: Lease  # the call's in-flight lease (its id, its session)
     seq: int
     policy_version: str | None
     provider: Provider
@@ -32,6 +36,10 @@ class Call:
     original: dict[str, Any]
     started: float
     scope: ProviderScope
+
+    @property
+    def session_id(self) -> str:
+        return self.lease.session_id
 
 
 class Gateway:
@@ -43,50 +51,70 @@ class Gateway:
         self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds, transport)
         self.control = Control(stores.proxy_control, settings.policy_version)
         self.hot = HotRedis(settings.require_redis())  # the two round trips of every call
+        self.inflight = InflightCalls(stores, self.hot, settings.call_lease_seconds)
         self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
+
+    def redis_ok(self) -> bool:
+        try:
+            return bool(connect(self.settings, mode="quick").ping())
+        except redis.RedisError:
+            return False
 
     def scope(self, session_id: str, query: Any = None) -> ProviderScope:
         return ProviderScope(session_id, self.stores.responses, query if query is not None else {})
 
     # --- admission and release -----------------------------------------------------------------
 
-    def admit(self, session_id: str | None) -> tuple[int, str | None]:
-        """Admit a model call: the session must be live, and while weight sync pauses
-        inference the call waits here. Returns (sequence number, policy version)."""
+    def admit(self, key: str | None) -> tuple[Lease, int, str | None]:
+        """Admit a model call by its session key: the session must be live, and while weight sync
+        pauses inference the call waits here. Returns (its lease, sequence number, policy
+        version)."""
+        sid = session_for(key)
         for attempt in (1, 2):
+            lease, expiry = self.inflight.new(sid)
             try:
-                begin, *enter = self.hot.pipeline([*self.gate.begin_commands(session_id), *Control.ENTER])
+                begin, *enter = self.hot.pipeline([
+                    self.gate.begin_command(sid, key or "", lease.call_id, expiry),
+                    *self.stores.proxy_control.enter_commands(lease.call_id, expiry)])
                 break
             except NoScript:
                 # Redis restarted (or dropped its scripts) since this process loaded ours; the
-                # round trip's INCR still ran, so undo it before trying again.
-                self.control.exit()
+                # round trip's other commands still ran, so undo them before trying again.
+                self._release(lease, [], entered=True)
                 self.gate.reload()
                 if attempt == 2:
                     raise
+            except BaseException:
+                self.inflight.done(lease)
+                raise
         try:
-            seq = self.gate.admitted(session_id or "", begin)
+            seq = self.gate.admitted(sid, begin)
         except ProxyError:
-            self.control.exit()
+            self._release(lease, [], entered=True)
             raise
         try:
-            return seq, self.control.entered(enter, self.settings.upstream_timeout_seconds)
+            return lease, seq, self.control.entered(enter, lease.call_id, self.inflight.expiry,
+                                                    self.settings.upstream_timeout_seconds)
         except ProxyError as err:
-            self._release(session_id or "", [], entered=False)
+            self._release(lease, [], entered=False)
             raise err
 
-    def _release(self, sid: str, record_commands: list[tuple[Any, ...]], entered: bool = True) -> None:
-        self.hot.pipeline([*record_commands, *self.gate.end_commands(sid), *(Control.EXIT if entered else ())])
+    def _release(self, lease: Lease, record_commands: list[tuple[Any, ...]], entered: bool = True) -> None:
+        self.inflight.done(lease)
+        control = self.stores.proxy_control.exit_commands(lease.call_id) if entered else []
+        self.hot.pipeline([*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
+                           *control])
 
-    def fail(self, sid: str, provider: str, err: ProxyError, original: Any, started: float) -> None:
+    def fail(self, lease: Lease, provider: str, err: ProxyError, original: Any, started: float) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""
-        self._release(sid, self.stores.records.append_error_commands(sid, build_error_record(
+        sid = lease.session_id
+        self._release(lease, self.stores.records.append_error_commands(sid, build_error_record(
             session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
             started_at=started, finished_at=time.time())))
 
-    def abandon(self, sid: str) -> None:
-        self._release(sid, [])
+    def abandon(self, lease: Lease) -> None:
+        self._release(lease, [])
 
     # --- the call ------------------------------------------------------------------------------
 
@@ -119,12 +147,12 @@ class Gateway:
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
                 normalizations=normalizations)
         except ProxyError as err:
-            self.fail(sid, call.provider.name, err, call.original, call.started)
+            self.fail(call.lease, call.provider.name, err, call.original, call.started)
             raise
         except BaseException:
-            self.abandon(sid)
+            self.abandon(call.lease)
             raise
-        self._release(sid, self.stores.records.append_completion_commands(sid, record))
+        self._release(call.lease, self.stores.records.append_completion_commands(sid, record))
         call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
 

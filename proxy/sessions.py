@@ -1,24 +1,29 @@
 """Which session a model call belongs to, and whether it may still call the model.
 
-The id comes from the ``/s/<session_id>`` path prefix, else from the API key (the harness is
-given the session id as its key). Nothing is auto-created: an unknown id is an error. The
-session hash and its in-flight counter belong to ``pipeline.stores.sessions.SessionStore``;
-the gate only sends that store's commands inside the gateway's round trips.
+The caller presents its session's secret key: in the ``/s/<key>`` path prefix, else as its API
+key (``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key``, ``?key=``). The key names
+the public session id it belongs to (``pipeline/credentials.py``); the call is admitted only if
+the key's digest is the one stored for that session and the session is live. Nothing is
+auto-created, and a public session id is never accepted as a key. The session hash and its
+in-flight counter belong to ``pipeline.stores.sessions.SessionStore``; the gate only sends that
+store's commands inside the gateway's round trips.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipeline.schemas.task import SESSION_ID
+from pipeline.credentials import session_of_key
 from pipeline.stores.sessions import SessionStore
 from proxy.errors import SessionNotActive, SessionNotFound
 from proxy.providers.base import Headers
 
+NO_KEY = "no session key: call /s/<session key>/v1/... or send the session key as the API key"
 
-def session_id_from(path_sid: str | None, headers: Headers, args: Mapping[str, str]) -> str | None:
-    if path_sid:
-        return path_sid
+
+def presented_key(path_key: str | None, headers: Headers, args: Mapping[str, str]) -> str | None:
+    if path_key:
+        return path_key
     auth = headers.get("Authorization") or ""
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
@@ -29,6 +34,14 @@ def session_id_from(path_sid: str | None, headers: Headers, args: Mapping[str, s
     return args.get("key") or None
 
 
+def session_for(key: str | None) -> str:
+    """The public session id a well-formed key names (its validity is checked in Redis)."""
+    sid = session_of_key(key)
+    if sid is None:
+        raise SessionNotFound(NO_KEY if not key else "this is not a session key (a session id is not a key)")
+    return sid
+
+
 class SessionGate:
     """Admits model calls of live sessions. It only *builds* Redis commands; the gateway sends
     them together with the pause gate's, so admission and release cost one round trip each."""
@@ -37,11 +50,10 @@ class SessionGate:
         self.sessions = sessions
         sessions.load_begin_call_script()
 
-    def begin_commands(self, sid: str | None) -> list[tuple[Any, ...]]:
-        if not sid or not SESSION_ID.match(sid):
-            raise SessionNotFound("no session: call /s/<session_id>/v1/... or use the session id as the API key")
-        # EVALSHA of a script loaded at start; a Redis that lost it answers NOSCRIPT (``reload``).
-        return [(*self.sessions.begin_call_command(), *self.sessions.begin_call_args(sid))]
+    def begin_command(self, sid: str, key: str, call_id: str, expiry: float) -> tuple[Any, ...]:
+        """The admission command of a call (``sid`` from ``session_for(key)``): EVALSHA of a
+        script loaded at start; a Redis that lost it answers NOSCRIPT (``reload``)."""
+        return (*self.sessions.begin_call_command(), *self.sessions.begin_call_args(sid, key, call_id, expiry))
 
     def reload(self) -> None:
         self.sessions.load_begin_call_script()
@@ -51,17 +63,16 @@ class SessionGate:
         """The sequence number of the admitted call, or the reason it is refused."""
         seq, status = reply
         if seq == 0:
-            raise SessionNotFound(f"unknown session {sid!r}")
+            raise SessionNotFound(f"no session {sid} with this key")
         if seq < 0:
             status = status.decode() if isinstance(status, bytes) else status
-            raise SessionNotActive(f"session {sid!r} is {status} and no longer accepts model calls")
+            raise SessionNotActive(f"session {sid} is {status} and no longer accepts model calls")
         return int(seq)
 
-    def check(self, sid: str | None) -> str:
-        """A known session (any status): for calls that read but do not sample."""
-        if not sid or not SESSION_ID.match(sid) or not self.sessions.exists(sid):
-            raise SessionNotFound(f"unknown session {sid!r}")
+    def check(self, key: str | None) -> str:
+        """The session of a valid key (any status): for calls that read but do not sample."""
+        sid = session_for(key)
+        if not self.sessions.holds_key(sid, key or ""):
+            raise SessionNotFound(f"no session {sid} with this key")
         return sid
 
-    def end_commands(self, sid: str) -> list[tuple[Any, ...]]:
-        return self.sessions.end_call_commands(sid)

@@ -6,6 +6,7 @@ import time
 
 import redis
 
+from pipeline.credentials import session_of_key
 from pipeline.schemas import SessionSpec, TaskRequest
 from pipeline.status import SessionStatus
 from pipeline.stores.sessions import SessionStore
@@ -13,14 +14,22 @@ from pipeline.stores.sessions import SessionStore
 
 def running_session(redis_url: str, **task: object) -> str:
     """Register a session and walk it to RUNNING, as INIT and RUN would: the proxy then accepts
-    its model calls. (The pipeline itself is exercised by tests/e2e.)"""
+    its model calls. Returns the session's secret key (what its runtime would be given; the
+    public id is ``sid_of(key)``). (The pipeline itself is exercised by tests/e2e.)"""
     payload = {"instruction": "x", "agent": {"custom_shell": "true"}, **task}
     spec = SessionSpec.expand(TaskRequest.model_validate(payload))[0]
     store = SessionStore(redis.Redis.from_url(redis_url))
-    store.register(spec)
+    key = store.register(spec)
     for status in (SessionStatus.INITIALIZING, SessionStatus.READY, SessionStatus.RUNNING):
         store.transition(spec.session_id, status)
-    return spec.session_id
+    return key
+
+
+def sid_of(key: str) -> str:
+    """The public session id of a session key."""
+    sid = session_of_key(key)
+    assert sid is not None, "not a session key"
+    return sid
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
@@ -71,10 +80,11 @@ def error_shape(kind: str, body: dict) -> bool:
     return isinstance(body["error"]["message"], str) and "type" in body["error"]
 
 
-def records(redis_url: str, sid: str) -> tuple[list[dict], list[dict]]:
-    """The session's completion records and failed-call records, as dicts."""
+def records(redis_url: str, key: str) -> tuple[list[dict], list[dict]]:
+    """The completion records and failed-call records of the session of ``key``, as dicts."""
     from pipeline.stores.records import RecordStore
 
+    sid = sid_of(key)
     store = RecordStore(redis.Redis.from_url(redis_url), 3600)
     done, _ = store.completions(sid)
     return [r.model_dump() for r in done], [e.model_dump() for e in store.errors(sid)]

@@ -63,6 +63,7 @@ def proxy(host: str, port: int | None, workers: int | None) -> None:
 
     settings = Settings.from_env()
     settings.require_redis()
+    _refuse_open_bind(host, settings.secret("admin_token"), "POLAR_ADMIN_TOKEN", "the proxy's /admin endpoints")
     run("proxy.wsgi:app", f"{host}:{port or _port(settings.proxy_url)}", "proxy", workers=workers)
 
 
@@ -75,6 +76,7 @@ def api(host: str, port: int | None) -> None:
 
     settings = Settings.from_env()
     settings.require_redis()
+    _refuse_open_bind(host, settings.secret("api_token"), "POLAR_API_TOKEN", "the rollout API")
     run("pipeline.api.wsgi:app", f"{host}:{port or _port(settings.api_url)}", "api")
 
 
@@ -87,12 +89,27 @@ def flower(port: int, address: str) -> None:
 
     settings = client_settings()
     settings.require_redis()
-    os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+    auth = settings.secret("flower_basic_auth")
+    _refuse_open_bind(address, auth, "POLAR_FLOWER_BASIC_AUTH", "Flower (it can shut workers down)")
+    if auth:  # as an environment variable: a command line is visible to every local user
+        os.environ["FLOWER_BASIC_AUTH"] = auth
+    else:
+        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")  # loopback only, see above
     make_app(settings).start(["flower", f"--port={port}", f"--address={address}"])
 
 
 def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -> None:
+    """Beyond loopback, a control surface without its secret is open to the network: refuse."""
+    if secret is None and host not in LOOPBACK and not host.startswith("127."):
+        raise click.ClickException(f"refusing to expose {what} on {host} without {variable}: set it, "
+                                   "or bind to 127.0.0.1")
 
 
 # --- tasks -------------------------------------------------------------------------------------
@@ -106,7 +123,7 @@ def submit(file: Path, wait: bool, timeout: float | None) -> None:
     from infra.cli.render import follow
     from pipeline.client import RolloutClient, load_task_file
 
-    client = RolloutClient(client_settings().api_url)
+    client = RolloutClient.from_settings(client_settings())
     task_id = client.submit(load_task_file(file))
     click.echo(task_id)
     if wait:
@@ -122,7 +139,7 @@ def status(task_id: str | None, as_json: bool) -> None:
     from infra.cli.render import print_pipeline, print_task
     from pipeline.client import RolloutClient
 
-    client = RolloutClient(client_settings().api_url)
+    client = RolloutClient.from_settings(client_settings())
     if task_id is None:
         data = client.pipeline_status()
         click.echo(json.dumps(data, indent=2)) if as_json else print_pipeline(data)
@@ -137,7 +154,7 @@ def cancel(task_id: str) -> None:
     """Cancel every unfinished session of a task (their runtimes are torn down)."""
     from pipeline.client import RolloutClient
 
-    click.echo(json.dumps(RolloutClient(client_settings().api_url).cancel(task_id)))
+    click.echo(json.dumps(RolloutClient.from_settings(client_settings()).cancel(task_id)))
 
 
 def _register_subcommands() -> None:

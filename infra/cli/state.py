@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from infra.tokens import client_tokens
 from pipeline.settings import ENV_PREFIX, Settings
 
 STACK_KEYS = ("redis_url", "api_url", "proxy_url", "upstream_url")
@@ -23,14 +24,15 @@ def up_state_file(settings: Settings) -> Path:
 
 
 def client_settings() -> Settings:
-    """The environment's settings, completed by a running ``polar up`` (explicit variables win)."""
+    """The environment's settings, completed by a running ``polar up`` (its URLs) and by the
+    home's stored secrets (explicit variables win)."""
     settings = Settings.from_env()
+    updates: dict[str, Any] = dict(client_tokens(settings))
     state = read_up_state(up_state_file(settings))
-    if not state:
-        return settings
-    updates = {k: state[k] for k in STACK_KEYS
-               if state.get(k) and (ENV_PREFIX + k.upper()) not in os.environ
-               and not (k == "redis_url" and (settings.redis_url or os.environ.get("REDIS_URL")))}
+    if state:
+        updates.update({k: state[k] for k in STACK_KEYS
+                        if state.get(k) and (ENV_PREFIX + k.upper()) not in os.environ
+                        and not (k == "redis_url" and (settings.redis_url or os.environ.get("REDIS_URL")))})
     return settings.replace(**updates) if updates else settings
 
 

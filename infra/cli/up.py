@@ -11,17 +11,19 @@ from pathlib import Path
 import click
 
 from infra.cli.state import up_state_file, write_up_state
+from infra.tokens import tokens_file
 from pipeline.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # a source checkout
 
 
 def _stack(settings: Settings, policies: dict[str, str], flower_port: int | None, model: bool,
-           fixed_ports: bool):
+           fixed_ports: bool, persist: bool = False):
     from infra.stack import Stack, StackConfig
 
     return Stack(StackConfig(settings=settings, policies=policies, flower_port=flower_port,
-                             upstream="reference" if model else "external", fixed_ports=fixed_ports))
+                             upstream="reference" if model else "external", fixed_ports=fixed_ports,
+                             persist_redis=persist))
 
 
 def _policies(items: tuple[str, ...]) -> dict[str, str]:
@@ -51,16 +53,17 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     the API and the reference model; Ctrl-C stops everything."""
     _sigterm_as_interrupt()
     settings = Settings.from_env()
-    stack = _stack(settings, _policies(policies), flower_port, not no_model, fixed_ports=True)
+    stack = _stack(settings, _policies(policies), flower_port, not no_model, fixed_ports=True, persist=True)
     click.echo("starting ...")
     try:
         stack.start()
         write_up_state(stack.settings, stack.state())
         for k, v in stack.state().items():
             click.echo(f"  {k:13} {v}")
-        click.echo("ready; Ctrl-C stops everything")
+        click.echo(f"  {'tokens':13} {tokens_file(stack.settings)} (API bearer token, proxy admin token, Flower "
+                   "user:password, callback signing key; `polar` commands read it)")
+        click.echo("ready; a service that dies is restarted; Ctrl-C stops everything")
         while True:
-            stack._check_alive()
             time.sleep(1.0)
     except KeyboardInterrupt:
         click.echo("stopping ...")
@@ -97,7 +100,7 @@ def demo(samples: int, timeout: float) -> None:
         console.print(f"stack up in {time.monotonic() - t:.1f}s: api {stack.settings.api_url}, "
                       f"proxy {stack.settings.proxy_url}, model {stack.settings.upstream_url}; "
                       f"logs in {stack.log_dir}")
-        client = RolloutClient(stack.settings.api_url, redis_url=stack.settings.redis_url)
+        client = RolloutClient.from_settings(stack.settings)
         task = load_task_file(task_file)
         task.update(num_samples=samples, task_id=f"demo-{uuid.uuid4().hex[:8]}")
         task_id = client.submit(task)

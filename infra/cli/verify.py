@@ -54,7 +54,7 @@ def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
     if task_id is not None:
         from pipeline.client import RolloutClient
 
-        return RolloutClient(settings.api_url).status(task_id, results=True).results
+        return RolloutClient.from_settings(settings).status(task_id, results=True).results
     raw = path.read_bytes()  # type: ignore[union-attr]
     try:
         data = json.loads(raw)

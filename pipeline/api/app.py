@@ -1,22 +1,30 @@
 """The rollout API (Flask): submit, poll, cancel tasks; inspect the pipeline.
 
-Errors are JSON ``{"error": {"type", "message", "fields"?}}``; a payload that fails validation
-is a 400 naming each offending field (``runtime.backend``, ``agent``, ...), and nothing is
-created for it.
+Every route but ``/health`` and ``/openapi.json`` needs ``Authorization: Bearer <api token>``
+when ``POLAR_API_TOKEN`` is set (``polar up`` always sets one). Errors are JSON
+``{"error": {"type", "message", "fields"?}}``: a payload that fails validation or a limit is a
+400 naming each offending field, and nothing is created for it; Redis being away is a 503 (the
+request can be retried), never a 500.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+import orjson
+import redis
+from flask import Flask, Response, request
 from pydantic import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from pipeline.api.openapi import openapi_document
+from pipeline.callback_policy import refusal
 from pipeline.celery_app import dispatch, make_app, stage_queues
+from pipeline.codec import nesting_depth_exceeds
+from pipeline.credentials import same_secret
 from pipeline.errors import TaskExists, TaskNotFound
+from pipeline.registry import allow_plugin_modules, plugin_allowed
 from pipeline.schemas import TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import Stage
@@ -25,6 +33,7 @@ from pipeline.stores.connection import connect
 from pipeline.stores.queues import queue_depths
 
 log = logging.getLogger("polar.api")
+OPEN_PATHS = ("/health", "/openapi.json")
 
 
 class ApiError(Exception):
@@ -36,23 +45,40 @@ class ApiError(Exception):
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     app = Flask("polar.api", static_folder=None)
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
-    r = connect(settings)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_submit_bytes
+    allow_plugin_modules(settings.plugin_module_list)
+    r = connect(settings, mode="impatient")  # a request waits seconds for Redis, then it is a 503
+    quick = connect(settings, mode="quick")
     stores = Stores.open(r, settings)
     tasks, ready = stores.tasks, stores.ready
     celery = make_app(settings)
+    token = settings.secret("api_token")
+
+    @app.before_request
+    def authenticate() -> None:
+        if token is None or request.path in OPEN_PATHS:
+            return
+        auth = request.headers.get("Authorization") or ""
+        if not (auth[:7].lower() == "bearer " and same_secret(auth[7:].strip(), token)):
+            raise ApiError(401, "unauthorized", "this API needs 'Authorization: Bearer <api token>' "
+                                                "(POLAR_API_TOKEN; `polar up` writes it to $POLAR_HOME/tokens.json)")
 
     @app.post("/rollout/task/submit")
-    def submit() -> tuple[Response, int]:
-        task = _parse_task(request.get_data(cache=False))
+    def submit() -> Response:
+        task = _parse_task(request.get_data(cache=False), settings)
         try:
             specs = tasks.create(task)
         except TaskExists:
             raise ApiError(409, "conflict", f"task {task.task_id!r} already exists") from None
-        for spec in specs:
-            dispatch(celery, Stage.INIT, spec.session_id)
-        return jsonify({"task_id": task.task_id, "status": "pending",
-                        "session_ids": [s.session_id for s in specs]}), 200
+        # The task is stored; if a dispatch fails here the reaper sends it (undispatched index).
+        try:
+            for spec in specs:
+                dispatch(celery, Stage.INIT, spec.session_id)
+            tasks.mark_dispatched([s.session_id for s in specs])
+        except Exception as exc:  # noqa: BLE001 - accepted is accepted: the reaper dispatches later
+            log.warning("task %s: INIT dispatch deferred to the reaper: %s", task.task_id, exc)
+        return _json({"task_id": task.task_id, "status": "pending",
+                      "session_ids": [s.session_id for s in specs]})
 
     @app.get("/rollout/task/<path:task_id>")
     def get_task(task_id: str) -> Response:
@@ -61,7 +87,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             status = tasks.status(task_id, include_results=include)
         except TaskNotFound:
             raise ApiError(404, "not_found", f"unknown task {task_id!r}") from None
-        return jsonify(status.model_dump(mode="json"))
+        return _json(status.model_dump(mode="json"))
 
     @app.delete("/rollout/task/<path:task_id>")
     def cancel_task(task_id: str) -> Response:
@@ -71,8 +97,8 @@ def create_app(settings: Settings | None = None) -> Flask:
             raise ApiError(404, "not_found", f"unknown task {task_id!r}") from None
         for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
             dispatch(celery, Stage.POSTRUN, sid)
-        return jsonify({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
-                        "flagged": flagged})
+        return _json({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
+                      "flagged": flagged})
 
     @app.get("/rollout/status")
     def pipeline_status() -> Response:
@@ -84,41 +110,93 @@ def create_app(settings: Settings | None = None) -> Flask:
         }
         if request.args.get("workers", "1") not in ("0", "false", "no"):
             out["workers"] = _workers(celery)
-        return jsonify(out)
+        return _json(out)
 
     @app.get("/health")
     def health() -> Response:
-        r.ping()
-        return jsonify({"status": "ok"})
+        try:
+            quick.ping()
+        except redis.RedisError as exc:
+            return _json({"status": "unavailable", "redis": f"{type(exc).__name__}"}, 503)
+        return _json({"status": "ok"})
+
+    @app.get("/openapi.json")
+    def openapi() -> Response:
+        return _json(openapi_document())
 
     @app.errorhandler(ApiError)
-    def api_error(err: ApiError) -> tuple[Response, int]:
+    def api_error(err: ApiError) -> Response:
         body: dict[str, Any] = {"type": err.type, "message": err.message}
         if err.fields is not None:
             body["fields"] = err.fields
-        return jsonify({"error": body}), err.status
+        return _json({"error": body}, err.status)
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:
+    def http_error(exc: HTTPException) -> Response:
+        if isinstance(exc, RequestEntityTooLarge):
+            return api_error(ApiError(413, "request_too_large",
+                                      f"request body exceeds {settings.max_submit_bytes} bytes"))
         return api_error(ApiError(exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or ""))
+
+    @app.errorhandler(redis.RedisError)
+    def redis_down(exc: redis.RedisError) -> Response:
+        log.warning("%s %s: Redis unavailable: %s", request.method, request.path, exc)
+        return api_error(ApiError(503, "unavailable", "the pipeline's Redis is unavailable; retry shortly"))
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return api_error(ApiError(500, "internal_error", f"internal error: {type(exc).__name__}"))
 
     return app
 
 
-def _parse_task(raw: bytes) -> TaskRequest:
+def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
     try:
-        data = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(raw)  # strict: no NaN/Infinity, no lone surrogates, valid UTF-8
+    except (orjson.JSONDecodeError, RecursionError) as exc:
         raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "request body must be a JSON object")
+    if nesting_depth_exceeds(data, settings.max_json_depth):
+        raise ApiError(400, "invalid_request", f"request body nests deeper than {settings.max_json_depth} levels")
     try:
-        return TaskRequest.model_validate(data)
+        task = TaskRequest.model_validate(data)
     except ValidationError as exc:
         fields = [{"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
                   for e in exc.errors()]
-        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-        raise ApiError(400, "invalid_request", f"invalid TaskRequest: {summary}", fields) from None
+        raise _invalid(fields) from None
+    problems = _limits(task, settings) + _plugins(task)
+    why = refusal(task.callback_url, settings) if task.callback_url else None
+    if why:
+        problems.append({"field": "callback_url", "message": why})
+    if problems:
+        raise _invalid(problems)
+    return task
+
+
+def _limits(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
+    size = len(task.instruction.encode())
+    if size > settings.max_instruction_bytes:
+        return [{"field": "instruction", "message": f"instruction is {size} bytes; the limit is "
+                                                    f"{settings.max_instruction_bytes} (POLAR_MAX_INSTRUCTION_BYTES)"}]
+    if size * task.num_samples > settings.max_task_instruction_bytes:
+        return [{"field": "num_samples", "message": f"{task.num_samples} samples x a {size}-byte instruction exceed "
+                                                    f"{settings.max_task_instruction_bytes} bytes "
+                                                    "(POLAR_MAX_TASK_INSTRUCTION_BYTES)"}]
+    return []
+
+
+def _plugins(task: TaskRequest) -> list[dict[str, Any]]:
+    named = {"runtime.backend": task.runtime.backend, "agent.harness": task.agent.harness,
+             "builder.strategy": task.builder.strategy, "evaluator.strategy": task.evaluator.strategy}
+    return [{"field": f, "message": f"plug-in {v!r} is not allowed: its module is not in POLAR_PLUGIN_MODULES"}
+            for f, v in named.items() if v and ":" in v and not plugin_allowed(v)]
+
+
+def _invalid(fields: list[dict[str, Any]]) -> ApiError:
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+    return ApiError(400, "invalid_request", f"invalid TaskRequest: {summary}", fields)
 
 
 def _workers(celery: Any) -> dict[str, Any]:
@@ -129,5 +207,5 @@ def _workers(celery: Any) -> dict[str, Any]:
     return {name: sorted(q["name"] for q in queues) for name, queues in replies.items()}
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from pipeline import plugins
+from pipeline.credentials import new_session_id
 
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # Task ids end up in URLs and Redis keys: printable, no slash, no whitespace.
@@ -203,10 +204,3 @@ class SessionSpec(_Spec):
             for i in range(task.num_samples)
         ]
 
-
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-def new_session_id() -> str:
-    # Doubles as the agent's API key, hence the familiar "sk-" shape.
-    return f"sk-polar-{uuid.uuid4().hex}"

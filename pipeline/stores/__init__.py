@@ -12,6 +12,7 @@ from ``pipeline.keys``, Lua scripts from ``stores.lua``.
 | stage leases, the reaper's lock             | ``leases``                             |
 | the results stream                          | ``results_stream.ResultsStream``       |
 | proxy pause flag, policy version, in-flight | ``proxy_control.ProxyControlStore``    |
+| callback deliveries (outbox) and their due  | ``callbacks.CallbackOutbox``           |
 | Celery's stage queue lists (read only)      | ``queues.queue_depths``                |
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import redis
 
 from pipeline.settings import Settings
+from pipeline.stores.callbacks import CallbackOutbox
 from pipeline.stores.outputs import OutputStore
 from pipeline.stores.proxy_control import ProxyControlStore
 from pipeline.stores.ready import ReadyBuffer
@@ -45,6 +47,7 @@ class Stores:
     ready: ReadyBuffer
     results: ResultsStream
     proxy_control: ProxyControlStore
+    callbacks: CallbackOutbox
 
     @classmethod
     def open(cls, r: redis.Redis, settings: Settings) -> "Stores":
@@ -52,11 +55,13 @@ class Stores:
         sessions = SessionStore(r, ttl)
         outputs = OutputStore(r, ttl)
         ready = ReadyBuffer(r, settings.ready_capacity)
-        return cls(r=r, sessions=sessions, records=RecordStore(r, ttl), outputs=outputs,
-                   responses=ResponseStore(r, ttl), tasks=TaskStore(r, sessions, ready, outputs, ttl),
-                   ready=ready, results=ResultsStream(r, maxlen=settings.results_stream_maxlen),
+        callbacks = CallbackOutbox(r, ttl)
+        return cls(r=r, sessions=sessions, records=RecordStore(r, ttl), outputs=outputs, callbacks=callbacks,
+                   responses=ResponseStore(r, ttl), tasks=TaskStore(r, sessions, ready, outputs, callbacks, ttl),
+                   ready=ready, results=ResultsStream(r, maxlen=settings.results_stream_maxlen,
+                                                     marker_ttl_seconds=ttl),
                    proxy_control=ProxyControlStore(r))
 
 
-__all__ = ["OutputStore", "ProxyControlStore", "ReadyBuffer", "RecordStore", "ResponseStore", "ResultsStream",
+__all__ = ["CallbackOutbox", "OutputStore", "ProxyControlStore", "ReadyBuffer", "RecordStore", "ResponseStore", "ResultsStream",
            "SessionStore", "Stores", "TaskStore"]

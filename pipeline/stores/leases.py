@@ -1,59 +1,69 @@
-"""A worker's lease on one stage of one session, kept alive by a heartbeat thread; and the
-one-pass-at-a-time lock of the reaper.
+"""Stage leases: which worker runs which stage of which session, kept alive by a heartbeat; and
+the one-pass-at-a-time lock of the reaper.
 
 Celery may deliver a stage task twice (visibility timeout, a retried lost worker, a crash
 between publishing the next stage and acking). The lease makes a second copy step aside while
-the first is alive; when the holder died, the lease expires and a redelivered copy may take over.
-The lease itself is redis-py's ``Lock`` (token-owned, atomic extend and release); what this
-module adds is the heartbeat and the ``lost`` signal a long stage polls.
+the first is alive. A worker that dies stops renewing; the reaper takes its expired lease
+(``take_expired``: each to exactly one reaper) and sends the stage again, whose guard then
+recovers. Leases live in one sorted set scored by expiry (plus an owner hash), so finding the
+lost ones costs O(lost), not a scan of every live session. Times are Redis server time.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+import uuid
 
 import redis
-from redis.exceptions import LockError
 
 from pipeline import keys
+from pipeline.codec import text
 from pipeline.status import Stage
+from pipeline.stores import lua
+
+_KEYS = [keys.LEASE_EXPIRY, keys.LEASE_OWNER]
 
 
 class StageLease:
     def __init__(self, r: redis.Redis, session_id: str, stage: Stage, ttl_seconds: float) -> None:
-        self.key = keys.session_lease(session_id, stage.value)
-        self._lock = r.lock(self.key, timeout=ttl_seconds, blocking=False, thread_local=False)
-        self.ttl = ttl_seconds
+        self.member = keys.lease_member(stage.value, session_id)
+        self.token = uuid.uuid4().hex
+        self.ttl_ms = max(1, int(ttl_seconds * 1000))
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._acquire = lua.bind(r, lua.LEASE_ACQUIRE)
+        self._renew = lua.bind(r, lua.LEASE_RENEW)
+        self._release = lua.bind(r, lua.LEASE_RELEASE)
 
     def acquire(self) -> bool:
-        if not self._lock.acquire(blocking=False):
+        if not self._acquire(keys=_KEYS, args=[self.member, self.token, self.ttl_ms]):
             return False
-        self._thread = threading.Thread(target=self._heartbeat, name=f"lease:{self.key}", daemon=True)
+        self._thread = threading.Thread(target=self._heartbeat, name=f"lease:{self.member}", daemon=True)
         self._thread.start()
         return True
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ttl / 3.0):
+        while not self._stop.wait(self.ttl_ms / 3000.0):
             try:
-                self._lock.reacquire()
-            except LockError:  # expired and taken, or gone: another worker may own the stage now
-                self.lost.set()
-                return
+                if not self._renew(keys=_KEYS, args=[self.member, self.token, self.ttl_ms]):
+                    self.lost.set()  # expired and taken: another worker may own the stage now
+                    return
             except redis.RedisError:
                 continue  # transient; the next beat retries before the lease runs out
 
-    def release(self) -> None:
+    def stop_heartbeat(self) -> None:
+        """Stop renewing without releasing (what a worker's death looks like; tests)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+    def release(self) -> None:
+        self.stop_heartbeat()
         try:
-            self._lock.release()
-        except (LockError, redis.RedisError):
-            pass  # lost already, or Redis is away: it expires on its own
+            self._release(keys=_KEYS, args=[self.member, self.token])
+        except redis.RedisError:
+            pass  # Redis is away: the lease expires and the reaper finds nothing to resend
 
     def __enter__(self) -> "StageLease":
         return self
@@ -62,12 +72,21 @@ class StageLease:
         self.release()
 
 
-def live_leases(r: redis.Redis, pairs: Iterable[tuple[str, Stage]]) -> list[bool]:
-    """Whether each (session, stage) has a live lease, in one round trip."""
-    pipe = r.pipeline(transaction=False)
-    for sid, stage in pairs:
-        pipe.exists(keys.session_lease(sid, stage.value))
-    return [bool(v) for v in pipe.execute()]
+def take_expired(r: redis.Redis, limit: int = 1000) -> list[tuple[str, Stage]]:
+    """(session, stage) of leases whose holder stopped renewing, each handed to one caller."""
+    members = lua.bind(r, lua.LEASE_TAKE_EXPIRED)(keys=_KEYS, args=[limit]) or []
+    out = []
+    for m in members:
+        stage, _, sid = text(m).partition(":")
+        out.append((sid, Stage(stage)))
+    return out
+
+
+def held(r: redis.Redis, session_id: str, stage: Stage) -> bool:
+    """Whether a worker holds this stage's lease right now (an expired entry counts as free)."""
+    t, _ = r.time()
+    score = r.zscore(keys.LEASE_EXPIRY, keys.lease_member(stage.value, session_id))
+    return score is not None and score > t * 1000
 
 
 def try_reaper_pass(r: redis.Redis, ttl_seconds: float) -> bool:

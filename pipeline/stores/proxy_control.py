@@ -1,8 +1,14 @@
 """Weight-sync state shared by every proxy process: the pause flag, the policy version stamped
-on records, and the count of upstream calls in flight across all proxies."""
+on records, and the upstream calls in flight across all proxies.
+
+In-flight calls are leases, not a counter: a sorted set of call ids scored by lease expiry, which
+the proxy holding a call renews while it runs. A proxy that dies stops renewing, so its calls
+stop counting within one lease period and ``pause`` can still drain after any crash.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -10,27 +16,43 @@ import redis
 from pipeline import keys
 from pipeline.codec import text
 
+Command = tuple[Any, ...]
+
 
 class ProxyControlStore:
-    # ENTER counts a call in flight *before* reading the pause flag: that order is what lets
-    # ``pause`` trust a drained count.
-    ENTER: tuple[tuple[Any, ...], ...] = (
-        ("INCR", keys.PROXY_INFLIGHT), ("GET", keys.PROXY_PAUSED), ("GET", keys.PROXY_POLICY_VERSION))
-    EXIT: tuple[tuple[Any, ...], ...] = (("DECR", keys.PROXY_INFLIGHT),)
-
     def __init__(self, r: redis.Redis) -> None:
         self._r = r
 
-    def enter(self) -> tuple[bool, str | None]:
-        """Count a call in flight; returns (paused, policy version)."""
+    # ENTER leases the call *before* reading the pause flag: that order is what lets ``pause``
+    # trust a drained count.
+    @staticmethod
+    def enter_commands(call_id: str, expiry: float) -> list[Command]:
+        return [("ZADD", keys.PROXY_CALLS, repr(expiry), call_id), ("GET", keys.PROXY_PAUSED),
+                ("GET", keys.PROXY_POLICY_VERSION)]
+
+    @staticmethod
+    def exit_commands(call_id: str) -> list[Command]:
+        return [("ZREM", keys.PROXY_CALLS, call_id)]
+
+    @staticmethod
+    def purge_commands() -> list[Command]:
+        """Drop lapsed leases (calls of dead proxies): the set stays as small as what runs."""
+        return [("ZREMRANGEBYSCORE", keys.PROXY_CALLS, "-inf", repr(time.time()))]
+
+    @staticmethod
+    def renew_commands(call_id: str, expiry: float) -> list[Command]:
+        return [("ZADD", keys.PROXY_CALLS, "XX", repr(expiry), call_id)]
+
+    def enter(self, call_id: str, expiry: float) -> tuple[bool, str | None]:
+        """Lease a call in flight; returns (paused, policy version)."""
         pipe = self._r.pipeline(transaction=False)
-        for cmd in self.ENTER:
+        for cmd in self.enter_commands(call_id, expiry):
             pipe.execute_command(*cmd)
         _, paused, version = pipe.execute()
         return bool(paused), text(version) if version else None
 
-    def exit(self) -> None:
-        self._r.decr(keys.PROXY_INFLIGHT)
+    def exit(self, call_id: str) -> None:
+        self._r.zrem(keys.PROXY_CALLS, call_id)
 
     def set_paused(self, paused: bool) -> None:
         if paused:
@@ -42,9 +64,14 @@ class ProxyControlStore:
         self._r.set(keys.PROXY_POLICY_VERSION, version)
 
     def inflight(self) -> int:
-        return max(0, int(self._r.get(keys.PROXY_INFLIGHT) or 0))
+        """Calls in flight on live proxies; lapsed leases (dead proxies) are purged."""
+        now = time.time()
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zremrangebyscore(keys.PROXY_CALLS, "-inf", repr(now))
+        pipe.zcard(keys.PROXY_CALLS)
+        return int(pipe.execute()[1])
 
     def read(self) -> tuple[bool, str | None, int]:
         """(paused, policy version, calls in flight)."""
-        paused, version, inflight = self._r.mget(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION, keys.PROXY_INFLIGHT)
-        return bool(paused), text(version) if version else None, max(0, int(inflight or 0))
+        paused, version = self._r.mget(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION)
+        return bool(paused), text(version) if version else None, self.inflight()

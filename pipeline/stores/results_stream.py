@@ -29,10 +29,12 @@ class StreamEntry:
 
 
 class ResultsStream:
-    def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM):
+    def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM,
+                 marker_ttl_seconds: int = 7 * 24 * 3600):
         self._r = r
         self.maxlen = maxlen
         self.stream = stream
+        self.marker_ttl = marker_ttl_seconds
 
     # --- producer ----------------------------------------------------------------------------
 
@@ -59,7 +61,7 @@ class ResultsStream:
             maxlen=self.maxlen,
             approximate=True,
         ))
-        self._r.set(marker, entry_id)
+        self._r.set(marker, entry_id, ex=self.marker_ttl)
         return entry_id
 
     def published_id(self, session_id: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Sequence
@@ -18,6 +19,7 @@ import redis
 
 from pipeline import keys
 from pipeline.codec import text
+from pipeline.credentials import key_digest, new_session_key, same_secret
 from pipeline.errors import StateError, TransitionRefused
 from pipeline.schemas import SessionSpec, SessionTiming
 from pipeline.status import Outcome, SessionStatus, Stage
@@ -44,6 +46,8 @@ class F(str, Enum):
     RUNTIME = "runtime"  # JSON handle any worker can re-attach the runtime from
     AGENT_EXIT_CODE = "agent_exit_code"
     SEQ = "seq"  # model calls admitted so far (written by the begin-call script)
+    KEY = "key"  # the session's secret proxy key (pipeline/credentials.py): for its runtime only
+    KEY_DIGEST = "key_digest"  # SHA-256 of the key: what the proxy compares
 
 
 def started_field(stage: Stage) -> str:
@@ -68,6 +72,7 @@ class SessionState:
     deadline: float | None
     runtime: dict[str, Any] | None
     timing: SessionTiming
+    key: str | None = field(default=None, repr=False)  # never logged
     started: set[Stage] = field(default_factory=set)
     # stage -> where it sent the session (None: nowhere)
     done: dict[Stage, Stage | None] = field(default_factory=dict)
@@ -78,16 +83,6 @@ class SessionState:
         return self.deadline - (time.time() if now is None else now)
 
 
-@dataclass(frozen=True)
-class StageProgress:
-    """What the reaper needs of one session: its status and which stages started / finished."""
-
-    session_id: str
-    status: SessionStatus
-    started: frozenset[Stage]
-    done: frozenset[Stage]
-
-
 class SessionStore:
     def __init__(self, r: redis.Redis, ttl_seconds: int = 7 * 24 * 3600) -> None:
         self._r = r
@@ -96,26 +91,36 @@ class SessionStore:
 
     # --- creation and reads ------------------------------------------------------------------
 
-    def register(self, spec: SessionSpec, pipe: Any = None) -> None:
+    def register(self, spec: SessionSpec, pipe: Any = None) -> str:
+        """Register a session with a new secret key; returns the key."""
         target = pipe if pipe is not None else self._r
         key = keys.session(spec.session_id)
+        secret = new_session_key(spec.session_id)
         target.hset(key, mapping={
             F.STATUS.value: SessionStatus.REGISTERED.value,
             F.TASK_ID.value: spec.task_id,
             F.SAMPLE_INDEX.value: spec.sample_index,
             F.SPEC.value: spec.model_dump_json(),
             F.REGISTERED_AT.value: repr(time.time()),
+            F.KEY.value: secret,
+            F.KEY_DIGEST.value: key_digest(secret),
         })
-        target.expire(key, self._ttl)
-        target.zadd(keys.ACTIVE_SESSIONS, {spec.session_id: time.time()})
+        # Kept while the session may run (its budget) and then for as long as results are kept.
+        target.expire(key, int(spec.timeout_seconds) + self._ttl + 3600)
+        target.zadd(keys.UNDISPATCHED, {spec.session_id: time.time()})
+        return secret
 
-    def retire(self, session_id: str) -> None:
-        """The session is terminal and published: the reaper no longer watches it."""
-        self._r.zrem(keys.ACTIVE_SESSIONS, session_id)
+    def mark_dispatched(self, session_ids: Sequence[str]) -> None:
+        """INIT was sent for these sessions: the reaper no longer needs to."""
+        if session_ids:
+            self._r.zrem(keys.UNDISPATCHED, *session_ids)
 
-    def active(self, limit: int = 10_000) -> list[str]:
-        members: list[bytes] = self._r.zrange(keys.ACTIVE_SESSIONS, 0, limit - 1)  # type: ignore[assignment]
-        return [text(s) for s in members]
+    def undispatched(self, older_than_seconds: float, limit: int = 1000) -> list[str]:
+        """Sessions registered that long ago whose INIT was never confirmed sent."""
+        cutoff = time.time() - older_than_seconds
+        members: list[bytes] = self._r.zrangebyscore(keys.UNDISPATCHED, "-inf", repr(cutoff),  # type: ignore[assignment]
+                                                     start=0, num=limit)
+        return [text(m) for m in members]
 
     def get(self, session_id: str) -> SessionState | None:
         raw: dict[Any, Any] = self._r.hgetall(keys.session(session_id))
@@ -132,6 +137,7 @@ class SessionStore:
             deadline=float(f[F.DEADLINE]) if f.get(F.DEADLINE) else None,
             runtime=json.loads(f[F.RUNTIME]) if f.get(F.RUNTIME) else None,
             timing=SessionTiming(**{k: float(f[k]) for k in TIMING_FIELDS if f.get(k)}),
+            key=f.get(F.KEY),
             started={s for s in Stage if f.get(started_field(s))},
             done={s: (None if v == DONE_NOWHERE else Stage(v))
                   for s in Stage if (v := f.get(done_field(s)))},
@@ -140,23 +146,6 @@ class SessionStore:
     def status(self, session_id: str) -> SessionStatus | None:
         raw = self._r.hget(keys.session(session_id), F.STATUS.value)
         return SessionStatus(text(raw)) if raw else None
-
-    def progress(self, session_ids: Sequence[str]) -> list[StageProgress | None]:
-        """Status and stage markers of many sessions in one round trip (None: expired)."""
-        pipe = self._r.pipeline(transaction=False)
-        for sid in session_ids:
-            pipe.hmget(keys.session(sid), F.STATUS.value, *map(started_field, Stage), *map(done_field, Stage))
-        out: list[StageProgress | None] = []
-        n = len(Stage)
-        for sid, row in zip(session_ids, pipe.execute()):
-            if row[0] is None:
-                out.append(None)
-                continue
-            out.append(StageProgress(
-                sid, SessionStatus(text(row[0])),
-                frozenset(s for s, v in zip(Stage, row[1:1 + n]) if v),
-                frozenset(s for s, v in zip(Stage, row[1 + n:1 + 2 * n]) if v)))
-        return out
 
     def queue_summary(self, pipe: Any, session_id: str) -> None:
         """Add to ``pipe`` the read that ``parse_summary`` turns into (status, index, timing)."""
@@ -177,7 +166,7 @@ class SessionStore:
         allowed = target.predecessors()
         if expected is not None:
             allowed &= frozenset(expected)
-        argv: list[Any] = [target.value, ",".join(s.value for s in allowed)]
+        argv: list[Any] = [target.value, ",".join(s.value for s in allowed), uuid.uuid4().hex]
         for k, v in _checked(fields).items():
             argv += [k, v]
         ok, previous = self._transition(keys=[keys.session(session_id)], args=argv)
@@ -226,22 +215,31 @@ class SessionStore:
         return ("EVALSHA", lua.SESSION_BEGIN_CALL.sha, 2)
 
     @staticmethod
-    def begin_call_args(session_id: str) -> tuple[str, ...]:
-        return (keys.session(session_id), keys.session_inflight(session_id), *(s.value for s in ACCEPTS_CALLS))
+    def begin_call_args(session_id: str, key: str, call_id: str, expiry: float) -> tuple[str, ...]:
+        return (keys.session(session_id), keys.session_calls(session_id), key_digest(key), repr(expiry), call_id,
+                *(s.value for s in ACCEPTS_CALLS))
 
     def load_begin_call_script(self) -> None:
         """After NOSCRIPT (Redis restarted): load the script the proxy calls by sha."""
         self._r.script_load(lua.SESSION_BEGIN_CALL.source)
 
     @staticmethod
-    def end_call_commands(session_id: str) -> list[tuple[Any, ...]]:
-        return [("DECR", keys.session_inflight(session_id))]
+    def end_call_commands(session_id: str, call_id: str) -> list[tuple[Any, ...]]:
+        return [("ZREM", keys.session_calls(session_id), call_id)]
+
+    @staticmethod
+    def renew_call_commands(session_id: str, call_id: str, expiry: float) -> list[tuple[Any, ...]]:
+        """Extend a call's lease (only while it is still there: XX)."""
+        return [("ZADD", keys.session_calls(session_id), "XX", repr(expiry), call_id)]
 
     def inflight_calls(self, session_id: str) -> int:
-        return int(self._r.get(keys.session_inflight(session_id)) or 0)
+        """Model calls of the session in flight on a live proxy (a dead proxy's leases lapse)."""
+        return int(self._r.zcount(keys.session_calls(session_id), f"({time.time()!r}", "+inf"))
 
-    def exists(self, session_id: str) -> bool:
-        return bool(self._r.exists(keys.session(session_id)))
+    def holds_key(self, session_id: str, key: str) -> bool:
+        """Whether ``key`` is this session's key (any status)."""
+        stored = self._r.hget(keys.session(session_id), F.KEY_DIGEST.value)
+        return stored is not None and same_secret(text(stored), key_digest(key))
 
 
 def _checked(fields: dict[str, Any]) -> dict[str, str]:

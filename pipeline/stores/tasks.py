@@ -1,5 +1,4 @@
-"""Tasks in Redis: creation (expansion into sessions), status aggregation, cancellation, and the
-callback's delivery record.
+"""Tasks in Redis: creation (expansion into sessions), status aggregation and cancellation.
 
 Shared by the rollout API (submit/poll/cancel) and the callback stage (counting finished
 sessions). Counting is idempotent: a session is counted by SADD, so a redelivered callback
@@ -8,7 +7,6 @@ cannot finish a task twice.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -20,6 +18,7 @@ from pipeline.errors import TaskExists, TaskNotFound, TransitionRefused
 from pipeline.schemas import SessionResult, SessionSpec, SessionSummary, TaskRequest, TaskStatus
 from pipeline.status import Outcome, SessionStatus, TaskState
 from pipeline.stores import lua
+from pipeline.stores.callbacks import CallbackOutbox
 from pipeline.stores.outputs import OutputStore
 from pipeline.stores.ready import ReadyBuffer
 from pipeline.stores.sessions import SessionStore
@@ -27,11 +26,12 @@ from pipeline.stores.sessions import SessionStore
 
 class TaskStore:
     def __init__(self, r: redis.Redis, sessions: SessionStore, ready: ReadyBuffer, outputs: OutputStore,
-                 ttl_seconds: int = 7 * 24 * 3600) -> None:
+                 callbacks: CallbackOutbox, ttl_seconds: int = 7 * 24 * 3600) -> None:
         self._r = r
         self.sessions = sessions
         self.ready = ready
         self.outputs = outputs
+        self.callbacks = callbacks
         self._ttl = ttl_seconds
         self._cas = lua.bind(r, lua.TASK_STATE_CAS)
         self._finish = lua.bind(r, lua.TASK_FINISH)
@@ -39,25 +39,35 @@ class TaskStore:
     # --- submit ------------------------------------------------------------------------------
 
     def create(self, request: TaskRequest) -> list[SessionSpec]:
+        """Store the task and register its sessions in one MULTI/EXEC: a submission either
+        exists completely or not at all (a failure half-way leaves nothing to conflict with)."""
         key = keys.task(request.task_id)
-        now = time.time()
-        if not self._r.hsetnx(key, "created_at", repr(now)):
-            raise TaskExists(request.task_id)
         specs = SessionSpec.expand(request)
-        pipe = self._r.pipeline(transaction=False)
-        pipe.hset(key, mapping={
-            "request": request.model_dump_json(),
-            "state": TaskState.PENDING.value,
-            "total": len(specs),
-        })
-        for spec in specs:
-            self.sessions.register(spec, pipe)
-        pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
-        pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
-        for k in (key, keys.task_sessions(request.task_id)):
-            pipe.expire(k, self._ttl)
-        pipe.execute()
+        payload = request.model_dump_json()  # before anything is written: it may fail
+        now = time.time()
+        with self._r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                if pipe.exists(key):
+                    raise TaskExists(request.task_id)
+                pipe.multi()
+                pipe.hset(key, mapping={"created_at": repr(now), "request": payload,
+                                        "state": TaskState.PENDING.value, "total": len(specs)})
+                for spec in specs:
+                    self.sessions.register(spec, pipe)
+                pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
+                pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
+                pipe.zremrangebyscore(keys.TASKS_INDEX, "-inf", repr(now - self._ttl))  # bounded
+                lifetime = int(request.timeout_seconds) + self._ttl + 3600  # as its sessions
+                for k in (key, keys.task_sessions(request.task_id)):
+                    pipe.expire(k, lifetime)
+                pipe.execute()
+            except redis.WatchError:
+                raise TaskExists(request.task_id) from None
         return specs
+
+    def mark_dispatched(self, session_ids: list[str]) -> None:
+        self.sessions.mark_dispatched(session_ids)
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -112,7 +122,7 @@ class TaskStore:
             results=results,
             created_at=float(f["created_at"]) if f.get("created_at") else None,
             finished_at=float(f["finished_at"]) if f.get("finished_at") else None,
-            callback=json.loads(f["callback"]) if f.get("callback") else None,
+            callback=self.callbacks.record(task_id),
             metadata=request.metadata,
         )
 
@@ -152,20 +162,6 @@ class TaskStore:
         final = self._finish(keys=[keys.task(task_id)], args=[
             TaskState.CANCELLING.value, TaskState.COMPLETED.value, TaskState.CANCELLED.value, repr(time.time())])
         return TaskState(final.decode() if isinstance(final, bytes) else final)
-
-    def claim_callback(self, task_id: str, ttl_seconds: int) -> bool:
-        """Whether this process should start delivering the task's callback: not delivered yet,
-        and not started by another process (redelivered last sessions count once)."""
-        if self._r.hexists(keys.task(task_id), "callback"):
-            return False
-        return bool(self._r.set(keys.task_callback_claim(task_id), "1", nx=True, ex=ttl_seconds))
-
-    def record_callback(self, task_id: str, info: dict[str, Any]) -> None:
-        self._r.hset(keys.task(task_id), "callback", json.dumps(info))
-
-    def callback_record(self, task_id: str) -> dict[str, Any] | None:
-        raw = self._r.hget(keys.task(task_id), "callback")
-        return json.loads(raw) if raw else None
 
     def cancel(self, task_id: str) -> tuple[list[str], int]:
         """Cancel every session that has not finished. Returns the sessions not held by a worker

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import UpstreamError, UpstreamRejected
-from proxy.upstream.transport import GeventTransport, Unreachable, UpstreamTransport
+from proxy.upstream.transport import GeventTransport, Unreachable, UpstreamTransport, reachable
 
 
 class UpstreamPool:
@@ -26,6 +26,10 @@ class UpstreamPool:
         if not self.urls:
             raise ValueError("no upstream URL configured")
         self.transport = transport or GeventTransport(self.urls, timeout_seconds)
+
+    def reachable(self) -> bool:
+        """Whether any endpoint accepts connections (one is enough to serve)."""
+        return any(reachable(self.transport, u) for u in self.urls)
 
     def order(self, affinity: str) -> list[str]:
         return sorted(self.urls, key=lambda u: hashlib.blake2b(f"{affinity}|{u}".encode(), digest_size=8).digest(),

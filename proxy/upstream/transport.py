@@ -34,6 +34,13 @@ class UpstreamTransport(Protocol):
         """Send one request to the endpoint at ``base``; returns (status, body)."""
 
 
+def reachable(transport: UpstreamTransport, base: str) -> bool:
+    """Whether the endpoint accepts connections now (health checks; transports without a probe
+    count as reachable)."""
+    probe = getattr(transport, "reachable", None)
+    return bool(probe(base)) if probe is not None else True
+
+
 class GeventTransport:
     def __init__(self, urls: list[str], timeout_seconds: float, concurrency: int = 1024) -> None:
         from geventhttpclient import HTTPClient
@@ -42,6 +49,14 @@ class GeventTransport:
         self._clients = {u: HTTPClient.from_url(URL(u), concurrency=concurrency, connection_timeout=10.0,
                                                 network_timeout=timeout_seconds) for u in urls}
         self._prefix = {u: URL(u).path.rstrip("/") for u in urls}
+
+    def reachable(self, base: str) -> bool:
+        parts = urlsplit(base)
+        try:
+            socket.create_connection((parts.hostname, parts.port or 80), timeout=1.0).close()
+            return True
+        except OSError:
+            return False
 
     def request(self, base: str, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         try:
@@ -71,6 +86,9 @@ class WSGITransport:
         self.app = app
         self.apps = {u.rstrip("/"): a for u, a in (apps or {}).items()}
         self.calls: list[tuple[str, str, str]] = []
+
+    def reachable(self, base: str) -> bool:
+        return self.apps.get(base, self.app) is not None
 
     def request(self, base: str, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         app = self.apps.get(base, self.app)

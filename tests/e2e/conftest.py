@@ -41,7 +41,7 @@ def stack(tmp_path_factory, model_dir):
 
 @pytest.fixture(scope="session")
 def client(stack):
-    return RolloutClient(stack.settings.api_url, redis_url=stack.settings.redis_url)
+    return RolloutClient.from_settings(stack.settings)
 
 
 @pytest.fixture

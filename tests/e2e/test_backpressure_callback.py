@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from infra.embedded_redis import free_port
 from pipeline.status import TaskState
 from tests.e2e.conftest import RUN_SLOTS, sleepy_task, wait_for
+from tests.support_http import Receiver
 
 
 def test_init_never_runs_ahead_of_the_ready_buffer(client, stack):
@@ -32,34 +32,21 @@ def test_init_never_runs_ahead_of_the_ready_buffer(client, stack):
     assert final.status == TaskState.CANCELLED and final.counts == {"CANCELLED": n}
 
 
-class Receiver(BaseHTTPRequestHandler):
-    bodies: list = []
-    fail_first = 1
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        failing = len(type(self).bodies) <= type(self).fail_first
-        self.send_response(500 if failing else 200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-def test_callback_url_is_posted_once_with_retries(client, demo_task):
-    port = free_port()
-    server = HTTPServer(("127.0.0.1", port), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+def test_callback_url_is_delivered_once_with_retries_and_signed(client, demo_task, stack):
+    receiver = Receiver(script=[503])
     try:
-        demo_task.update(num_samples=2, callback_url=f"http://127.0.0.1:{port}/callback/task_result")
+        demo_task.update(num_samples=2, callback_url=receiver.url)
         task_id = client.submit(demo_task)
         client.wait(task_id, timeout=120, results=False)
-        st = wait_for(lambda: (s := client.status(task_id)).callback and s, timeout=30)
+        st = wait_for(lambda: (s := client.status(task_id)).callback and s.callback["state"] == "delivered" and s,
+                      timeout=30)
     finally:
-        server.shutdown()
+        receiver.close()
     assert st.callback["delivered"] is True and st.callback["attempts"] == 2
-    assert len(Receiver.bodies) == 2  # one failed delivery, one retry; never again after success
-    body = Receiver.bodies[-1]
-    assert body["task_id"] == task_id and body["status"] == "completed"
-    assert len(body["results"]) == 2 and all(r["reward"] == 1.0 for r in body["results"])
+    assert len(receiver.posts) == 2 and len(receiver.delivered_once()) == 1  # one key, retried once
+    headers, body = receiver.posts[-1]
+    want = "sha256=" + hmac.new((stack.settings.secret("callback_secret") or "").encode(),
+                                headers["x-polar-timestamp"].encode() + b"." + body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(headers["x-polar-signature"], want)
+    sent = json.loads(body)
+    assert sent["task_id"] == task_id and sent["status"] == "completed" and len(sent["results"]) == 2

@@ -64,6 +64,10 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert state["api_url"] == env["POLAR_API_URL"] and state["redis_url"].startswith("redis://")
         children = descendants(up.pid)
         assert len(children) >= 8  # redis, model, proxy, api, 5 workers (+ their pools)
+        tokens = json.loads((tmp_path / "tokens.json").read_text())
+        assert (tmp_path / "tokens.json").stat().st_mode & 0o077 == 0  # owner only
+        assert httpx.get(f"{state['api_url']}/rollout/status", timeout=10).status_code == 401
+        assert not any(secret in json.dumps(state) for secret in tokens.values())
 
         # The other commands find the running stack through its state file.
         cli_env = {k: v for k, v in env.items() if not k.startswith("POLAR_") or k == "POLAR_HOME"}
@@ -86,7 +90,7 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0, out
-    assert "stopping" in out
+    assert "stopping" in out and not any(secret in out for secret in tokens.values())  # never printed
     wait_for(lambda: not any(alive(p) for p in children), timeout=10)
     assert not (tmp_path / "up.json").exists()
     for url in (state["api_url"], env["POLAR_PROXY_URL"]):

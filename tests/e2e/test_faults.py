@@ -115,18 +115,22 @@ def test_duplicate_run_delivery_while_running_is_dropped(client, stack, rds):
 
 def test_flower_sees_every_stage_queue_and_worker(client, demo_task, stack):
     flower = f"http://127.0.0.1:{stack.config.flower_port}"
+    user, password = (stack.settings.secret("flower_basic_auth") or "").split(":", 1)
+    assert httpx.get(f"{flower}/api/workers", timeout=30).status_code == 401  # Flower can shut workers down
+    assert httpx.get(f"{flower}/api/workers", auth=(user, "wrong"), timeout=30).status_code == 401
+    http = httpx.Client(auth=(user, password), timeout=30)
     demo_task["num_samples"] = 2
     task_id = client.submit(demo_task)
-    workers = httpx.get(f"{flower}/api/workers", params={"refresh": "1"}, timeout=30).json()
+    workers = http.get(f"{flower}/api/workers", params={"refresh": "1"}).json()
     queues_by_worker = {name: {q["name"] for q in info.get("active_queues", [])} for name, info in workers.items()}
     assert {q for qs in queues_by_worker.values() for q in qs} == {s.queue for s in Stage}
     assert {name.split("@")[0] for name in workers} == {s.value for s in Stage}
-    lengths = httpx.get(f"{flower}/api/queues/length", timeout=30).json()
+    lengths = http.get(f"{flower}/api/queues/length").json()
     assert {q["name"] for q in lengths["active_queues"]} == {s.queue for s in Stage}
     client.wait(task_id, timeout=120, results=False)
 
     def seen_all_stages():
-        tasks = httpx.get(f"{flower}/api/tasks", timeout=30).json()
+        tasks = http.get(f"{flower}/api/tasks").json()
         return {t["name"] for t in tasks.values()} >= {s.task_name for s in Stage}
 
     wait_for(seen_all_stages, timeout=30, interval=0.5)

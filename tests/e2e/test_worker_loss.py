@@ -21,8 +21,8 @@ def test_killed_run_worker_is_recovered(client, stack):
     runtime = stack.settings.runtime_root / sid
     wait_for(lambda: (runtime / "workspace" / "started.txt").exists(), timeout=60)
     agents = [int(p.name) for p in (runtime / ".pids").iterdir()]
-    stack.kill("worker-run")
-    stack.respawn("worker-run")  # what an orchestrator does; the lost message stays with the dead one
+    killed = stack.kill("worker-run")  # the lost message stays with the dead worker
+    wait_for(lambda: stack.pid("worker-run") not in (None, killed), timeout=30)  # the supervisor restarts it
     # lease (6 s) + reaper interval (2 s) + teardown: within a minute, not the 4 h visibility timeout
     status = client.wait(task_id, timeout=60, poll_seconds=0.5)
     [result] = status.results

@@ -90,10 +90,85 @@ def test_pipeline_status_lists_every_stage_queue(client, api):
     assert api.test_client().get("/health").get_json() == {"status": "ok"}
 
 
-def test_proxy_refuses_an_unknown_session_in_the_openai_format(proxy_app):
+def test_proxy_refuses_an_unknown_key_in_the_openai_format(proxy_app):
     client = proxy_app.test_client()
     for path, headers in (("/s/sk-polar-nope/v1/chat/completions", {}),
-                          ("/v1/chat/completions", {"Authorization": "Bearer sk-polar-nope"})):
+                          ("/v1/chat/completions", {"Authorization": "Bearer sk-polar-nope"}),
+                          ("/v1/chat/completions", {})):
         resp = client.post(path, json={"model": "m", "messages": MSG}, headers=headers)
         body = resp.get_json()["error"]
-        assert resp.status_code == 404 and body["code"] == "session_not_found" and "sk-polar-nope" in body["message"]
+        assert resp.status_code == 404 and body["code"] == "session_not_found" and "key" in body["message"]
+
+
+@pytest.mark.parametrize("field, payload", [
+    ("evaluator.strategy", {"evaluator": {"strategy": "subprocess:Popen", "config": {"args": "touch x", "shell": True}}}),
+    ("builder.strategy", {"builder": {"strategy": "os:system"}}),
+    ("runtime.backend", {"runtime": {"backend": "workers.runtimes.memory:MemoryRuntime"}}),
+])
+def test_a_plugin_outside_the_allow_list_is_refused(client, stores, field, payload):
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "task_id": "t-plugin", **payload})
+    assert info.value.status == 400
+    assert [f["field"] for f in info.value.body["error"]["fields"]] == [field]
+    assert not stores.tasks.exists("t-plugin")
+
+
+def test_an_allowed_plugin_module_is_accepted(r, redis_url, tmp_path):
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url, plugin_modules="workers.runtimes.memory"))
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    assert client.submit({**TASK, "runtime": {"backend": "workers.runtimes.memory:MemoryRuntime"}})
+
+
+def test_a_callback_at_the_services_own_endpoints_is_refused_at_submit(r, redis_url, tmp_path):
+    settings = Settings(home=tmp_path, redis_url=redis_url, proxy_url="http://127.0.0.1:8091")
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=create_app(settings)))
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "callback_url": "http://localhost:8091/admin/pause"})
+    assert [f["field"] for f in info.value.body["error"]["fields"]] == ["callback_url"]
+
+
+def test_the_api_needs_its_token(r, redis_url, tmp_path):
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url, api_token="tok-1"))
+    anonymous = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    wrong = RolloutClient("http://api.test", api_token="tok-2", transport=httpx.WSGITransport(app=api))
+    right = RolloutClient("http://api.test", api_token="tok-1", transport=httpx.WSGITransport(app=api))
+    for client in (anonymous, wrong):
+        for call in (lambda c: c.submit(TASK), lambda c: c.status("x"), lambda c: c.pipeline_status(),
+                     lambda c: c.cancel("x")):
+            with pytest.raises(RolloutError) as info:
+                call(client)
+            assert info.value.status == 401
+    assert right.submit({**TASK, "task_id": "t-auth"}) == "t-auth"
+    assert api.test_client().get("/health").status_code == 200  # open: it reveals nothing
+
+
+@pytest.mark.parametrize("raw", [b'{"instruction": "\\ud800", "agent": {"custom_shell": "true"}}',
+                                 b"[" * 100 + b"]" * 100,
+                                 b'{"instruction": "x", "agent": {"custom_shell": "true"}, "metadata": ' + b'{"a":' * 70
+                                 + b"1" + b"}" * 70 + b"}"])
+def test_invalid_unicode_and_deep_nesting_are_400(api, stores, raw):
+    resp = api.test_client().post("/rollout/task/submit", data=raw, content_type="application/json")
+    assert resp.status_code == 400 and resp.get_json()["error"]["type"] in ("malformed_json", "invalid_request")
+    assert stores.tasks.recent() == []
+
+
+def test_instruction_limits(r, redis_url, tmp_path):
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url, max_instruction_bytes=1000,
+                              max_task_instruction_bytes=5000))
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    for task, field in (({**TASK, "instruction": "x" * 1001, "num_samples": 1}, "instruction"),
+                        ({**TASK, "instruction": "x" * 1000, "num_samples": 6}, "num_samples")):
+        with pytest.raises(RolloutError) as info:
+            client.submit(task)
+        assert [f["field"] for f in info.value.body["error"]["fields"]] == [field]
+    assert client.submit({**TASK, "instruction": "x" * 1000, "num_samples": 5})
+
+
+def test_redis_down_is_503_and_health_says_so(tmp_path):
+    from infra.embedded_redis import EmbeddedRedis
+
+    with EmbeddedRedis() as server:
+        api = create_app(Settings(home=tmp_path, redis_url=server.url))
+        assert api.test_client().get("/health").status_code == 200
+    health = api.test_client().get("/health")
+    assert health.status_code == 503 and health.get_json()["status"] == "unavailable"

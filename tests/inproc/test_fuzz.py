@@ -56,12 +56,12 @@ def client(proxy_app):
 
 
 @pytest.fixture
-def sid(proxy_app, redis_url):
+def key(proxy_app, redis_url):
     return running_session(redis_url)
 
 
-def check(client, sid, provider, body):
-    resp = client.post(f"/s/{sid}{PATHS[provider]}", data=json.dumps(body), content_type="application/json")
+def check(client, key, provider, body):
+    resp = client.post(f"/s/{key}{PATHS[provider]}", data=json.dumps(body), content_type="application/json")
     assert resp.status_code < 500, (provider, body, resp.get_data(as_text=True))
     data = resp.get_json()
     if resp.status_code >= 400:
@@ -74,14 +74,14 @@ def check(client, sid, provider, body):
 @pytest.mark.parametrize("provider", sorted(PATHS))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_mutated_requests_never_5xx(client, sid, provider, data):
+def test_mutated_requests_never_5xx(client, key, provider, data):
     valid = VALID[provider]
     where = data.draw(st.sampled_from([p for p in paths(valid) if p]))
-    check(client, sid, provider, mutate(valid, where, data.draw(json_values)))
+    check(client, key, provider, mutate(valid, where, data.draw(json_values)))
 
 
 @pytest.mark.parametrize("provider", sorted(PATHS))
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=json_values)
-def test_arbitrary_json_never_5xx(client, sid, provider, body):
-    check(client, sid, provider, body)
+def test_arbitrary_json_never_5xx(client, key, provider, body):
+    check(client, key, provider, body)

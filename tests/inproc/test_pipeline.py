@@ -26,7 +26,7 @@ from workers.stages.common import make_deps, run_stage
 @pytest.fixture
 def deps(r, redis_url, tmp_path):
     settings = Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, proxy_url=BASE,
-                        inflight_drain_seconds=0)
+                        inflight_drain_seconds=0, plugin_modules="workers.runtimes.memory")
     d = make_deps(settings)
     proxy = create_proxy(settings, transport=WSGITransport(fake_upstream.app))
 

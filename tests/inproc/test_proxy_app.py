@@ -13,20 +13,21 @@ import pytest
 from google.genai import errors as genai_errors
 
 from infra import fake_upstream
+from pipeline.credentials import new_session_id, new_session_key
 from pipeline.status import SessionStatus
 from pipeline.stores.sessions import SessionStore
 from proxy.app import create_app
 from proxy.upstream import WSGITransport
 from tests.inproc.conftest import UPSTREAM, proxy_settings, sdk_clients
-from tests.support import KINDS, MSG, PATHS, PROVIDER_OF, call, error_shape, records, running_session, wait_for
+from tests.support import KINDS, MSG, PATHS, PROVIDER_OF, call, error_shape, records, running_session, sid_of, wait_for
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_success_through_every_provider(proxy_app, redis_url, kind):
-    sid = running_session(redis_url)
-    call(kind, sdk_clients(proxy_app, sid), "fake")
-    call(kind, sdk_clients(proxy_app, sid), "fake", stream=True)
-    done, errors = records(redis_url, sid)
+    key = running_session(redis_url)
+    call(kind, sdk_clients(proxy_app, key), "fake")
+    call(kind, sdk_clients(proxy_app, key), "fake", stream=True)
+    done, errors = records(redis_url, key)
     assert len(done) == 2 and not errors
     assert [r["provider"] for r in done] == [PROVIDER_OF[kind]] * 2
     assert done[0]["response_ids"] == [101, 102, 103] and done[1]["stream"] is True
@@ -37,9 +38,9 @@ def test_success_through_every_provider(proxy_app, redis_url, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("model, status", [("reject-422", 422), ("fail-500", 502), ("no-ids", 502)])
 def test_upstream_failures_in_the_callers_format(proxy_app, redis_url, kind, model, status):
-    sid = running_session(redis_url)
+    key = running_session(redis_url)
     with pytest.raises(Exception) as info:
-        call(kind, sdk_clients(proxy_app, sid), model)
+        call(kind, sdk_clients(proxy_app, key), model)
     err = info.value
     assert (getattr(err, "status_code", None) or getattr(err, "code", None)) == status
     if kind == "anthropic":
@@ -50,42 +51,51 @@ def test_upstream_failures_in_the_callers_format(proxy_app, redis_url, kind, mod
         assert isinstance(err, openai.APIStatusError) and "message" in err.body
     if model == "no-ids":
         assert "return_token_ids" in str(err)
-    done, errors = records(redis_url, sid)
+    done, errors = records(redis_url, key)
     assert done == [] and len(errors) == 1 and errors[0]["status_code"] == status
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_unknown_session_in_every_format(proxy_app, kind):
+@pytest.mark.parametrize("credential", ["unknown", "session_id", "other_sessions_key", "ended"])
+def test_only_a_live_sessions_own_key_is_accepted_in_every_format(proxy_app, redis_url, r, kind, credential):
+    key = running_session(redis_url)
+    other = running_session(redis_url)
+    presented = {"unknown": new_session_key(new_session_id()), "session_id": sid_of(key),
+                 # the path names one session, the secret is another's
+                 "other_sessions_key": key[:-48] + other[-48:], "ended": key}[credential]
+    if credential == "ended":
+        SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
     with pytest.raises(Exception) as info:
-        call(kind, sdk_clients(proxy_app, "sk-polar-unknown"), "fake")
+        call(kind, sdk_clients(proxy_app, presented), "fake")
     err = info.value
-    assert (getattr(err, "status_code", None) or getattr(err, "code", None)) == 404
-    assert "sk-polar-unknown" in str(err)
+    assert (getattr(err, "status_code", None) or getattr(err, "code", None)) == (403 if credential == "ended" else 404)
+    assert key[-48:] not in str(err) and other[-48:] not in str(err)  # no secret is echoed back
+    assert records(redis_url, key) == ([], []) and records(redis_url, other) == ([], [])
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_malformed_json_and_oversized_bodies(proxy_app, redis_url, kind):
-    sid = running_session(redis_url)
+    key = running_session(redis_url)
     client = proxy_app.test_client()
-    bad = client.post(f"/s/{sid}{PATHS[kind]}", data=b'{"messages": [', content_type="application/json")
+    bad = client.post(f"/s/{key}{PATHS[kind]}", data=b'{"messages": [', content_type="application/json")
     assert bad.status_code == 400 and error_shape(kind, bad.get_json())
-    big = client.post(f"/s/{sid}{PATHS[kind]}", data=b"{" + b" " * 1_200_000 + b"}", content_type="application/json")
+    big = client.post(f"/s/{key}{PATHS[kind]}", data=b"{" + b" " * 1_200_000 + b"}", content_type="application/json")
     assert big.status_code == 413 and error_shape(kind, big.get_json())
-    done, errors = records(redis_url, sid)
+    done, errors = records(redis_url, key)
     assert done == [] and len(errors) == 1  # the 413 is refused before the session is touched
 
 
 def test_ended_session_is_refused(proxy_app, redis_url, r):
-    sid = running_session(redis_url)
-    SessionStore(r).transition(sid, SessionStatus.POSTRUN)
+    key = running_session(redis_url)
+    SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
     with pytest.raises(anthropic.PermissionDeniedError) as info:
-        sdk_clients(proxy_app, sid)["anthropic"].messages.create(model="fake", max_tokens=5, messages=MSG)
+        sdk_clients(proxy_app, key)["anthropic"].messages.create(model="fake", max_tokens=5, messages=MSG)
     assert "POSTRUN" in info.value.body["error"]["message"]
 
 
 def test_models_count_tokens_and_preflight(proxy_app, redis_url):
-    sid = running_session(redis_url)
-    c = sdk_clients(proxy_app, sid)
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)
     assert [m.id for m in c["openai"].models.list()] == ["fake"]
     assert [m.id for m in c["anthropic"].models.list()] == ["fake"]
     assert c["anthropic"].messages.count_tokens(model="fake", messages=MSG).input_tokens > 0
@@ -94,12 +104,12 @@ def test_models_count_tokens_and_preflight(proxy_app, redis_url):
     assert c["openai"].models.retrieve("fake").id == "fake"
     with pytest.raises(openai.NotFoundError):
         c["openai"].models.retrieve("nope")
-    assert proxy_app.test_client().head(f"/s/{sid}").status_code == 200  # Claude Code's preflight
+    assert proxy_app.test_client().head(f"/s/{key}").status_code == 200  # Claude Code's preflight
 
 
 def test_gemini_stream_without_alt_sse_is_a_json_array(proxy_app, redis_url):
-    sid = running_session(redis_url)
-    resp = proxy_app.test_client().post(f"/s/{sid}/v1beta/models/fake:streamGenerateContent",
+    key = running_session(redis_url)
+    resp = proxy_app.test_client().post(f"/s/{key}/v1beta/models/fake:streamGenerateContent",
                                         json={"contents": [{"parts": [{"text": "hi"}]}]})
     assert resp.headers["content-type"].startswith("application/json")
     chunks = resp.get_json()
@@ -108,15 +118,15 @@ def test_gemini_stream_without_alt_sse_is_a_json_array(proxy_app, redis_url):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_failure_after_the_stream_started_is_an_error_event(proxy_app, redis_url, kind):
-    sid = running_session(redis_url)
+    key = running_session(redis_url)
     with pytest.raises(Exception) as info:  # 0.8 s > the 0.3 s keepalive: the stream has begun
-        result = call(kind, sdk_clients(proxy_app, sid), "slowfail-800", stream=True)
+        result = call(kind, sdk_clients(proxy_app, key), "slowfail-800", stream=True)
         if kind == "responses":
             assert [e.type for e in result][:2] == ["response.created", "response.in_progress"]
             failed = [e for e in result if e.type == "response.failed"]
             raise RuntimeError(failed[-1].response.error.message)
     assert "failed late" in str(info.value) or "500" in str(info.value)
-    done, errors = records(redis_url, sid)
+    done, errors = records(redis_url, key)
     assert done == [] and len(errors) == 1
 
 
@@ -125,34 +135,34 @@ def test_an_unreachable_endpoint_fails_over_to_the_next(r, redis_url, tmp_path):
     transport = WSGITransport(apps={dead: None, UPSTREAM: fake_upstream.app})
     app = create_app(proxy_settings(redis_url, tmp_path).replace(upstream_url=f"{dead},{UPSTREAM}"), transport)
     for _ in range(6):  # whichever endpoint a session hashes to first, its call succeeds
-        sid = running_session(redis_url)
-        assert call("chat", sdk_clients(app, sid), "fake").choices[0].message.content == "ok"
-        done, _ = records(redis_url, sid)
+        key = running_session(redis_url)
+        assert call("chat", sdk_clients(app, key), "fake").choices[0].message.content == "ok"
+        done, _ = records(redis_url, key)
         assert done[0]["upstream_url"] == UPSTREAM
     tried_dead = [c for c in transport.calls if c[0] == dead]
     assert tried_dead, "no session hashed to the dead endpoint first; the test proves nothing"
 
 
 def test_pause_holds_new_calls_until_resume_stamps_the_policy_version(proxy_app, redis_url):
-    sid = running_session(redis_url)
+    key = running_session(redis_url)
     admin = proxy_app.test_client()
-    c = sdk_clients(proxy_app, sid)["openai"]
+    c = sdk_clients(proxy_app, key)["openai"]
     status = admin.post("/admin/pause", query_string={"timeout_seconds": 5}).get_json()
     assert status["paused"] and status["drained"]
     waiting = threading.Thread(target=lambda: c.chat.completions.create(model="fake", messages=MSG))
     waiting.start()
     wait_for(lambda: admin.get("/admin/status").get_json()["inflight"] == 0 and waiting.is_alive(), timeout=5)
     time.sleep(0.3)  # the call would have finished in milliseconds if it were not held
-    assert waiting.is_alive() and records(redis_url, sid)[0] == []
+    assert waiting.is_alive() and records(redis_url, key)[0] == []
     assert admin.post("/admin/resume", json={"policy_version": "v2"}).get_json()["paused"] is False
     waiting.join(timeout=10)
-    done, _ = records(redis_url, sid)
+    done, _ = records(redis_url, key)
     assert [rec["policy_version"] for rec in done] == ["v2"]
 
 
 def test_base_url_without_session_in_path_uses_the_api_key(proxy_app, redis_url):
-    sid = running_session(redis_url)
+    key = running_session(redis_url)
     resp = proxy_app.test_client().post("/v1/messages", json={"model": "fake", "max_tokens": 5, "messages": MSG},
-                                        headers={"x-api-key": sid, "anthropic-version": "2023-06-01"})
+                                        headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
     assert resp.status_code == 200 and resp.get_json()["type"] == "message"
-    assert records(redis_url, sid)[0][0]["provider"] == "anthropic"
+    assert records(redis_url, key)[0][0]["provider"] == "anthropic"

@@ -25,30 +25,30 @@ from tests.support import KINDS, MSG, PROVIDER_OF, call, records, running_sessio
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def clients(stack, sid):
-    base = f"{stack.settings.proxy_url}/s/{sid}"
+def clients(stack, key):
+    base = f"{stack.settings.proxy_url}/s/{key}"
     return {
-        "openai": openai.OpenAI(base_url=f"{base}/v1", api_key=sid, max_retries=0),
-        "anthropic": anthropic.Anthropic(base_url=base, api_key=sid, max_retries=0),
-        "google": genai.Client(api_key=sid, http_options=gtypes.HttpOptions(
+        "openai": openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
+        "anthropic": anthropic.Anthropic(base_url=base, api_key=key, max_retries=0),
+        "google": genai.Client(api_key=key, http_options=gtypes.HttpOptions(
             base_url=base, retry_options=gtypes.HttpRetryOptions(attempts=1))),
     }
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_success_through_every_provider(fake_stack, kind):
-    sid = running_session(fake_stack.settings.redis_url)
-    call(kind, clients(fake_stack, sid), "fake")
-    call(kind, clients(fake_stack, sid), "fake", stream=True)
-    done, errors = records(fake_stack.settings.redis_url, sid)
+    key = running_session(fake_stack.settings.redis_url)
+    call(kind, clients(fake_stack, key), "fake")
+    call(kind, clients(fake_stack, key), "fake", stream=True)
+    done, errors = records(fake_stack.settings.redis_url, key)
     assert len(done) == 2 and not errors
     assert [r["provider"] for r in done] == [PROVIDER_OF[kind]] * 2
     assert done[0]["response_ids"] == [101, 102, 103] and done[1]["stream"] is True
 
 
 def test_stream_keepalives_while_a_slow_answer_is_computed(fake_stack):
-    sid = running_session(fake_stack.settings.redis_url)
-    url = f"{fake_stack.settings.proxy_url}/s/{sid}/v1/messages"
+    key = running_session(fake_stack.settings.redis_url)
+    url = f"{fake_stack.settings.proxy_url}/s/{key}/v1/messages"
     body = {"model": "slow-1200", "max_tokens": 5, "messages": MSG, "stream": True}
     with httpx.stream("POST", url, json=body, timeout=30) as resp:
         text = b"".join(resp.iter_bytes()).decode()
@@ -57,32 +57,37 @@ def test_stream_keepalives_while_a_slow_answer_is_computed(fake_stack):
 
 
 def test_upstream_timeout_is_504(fake_stack):
-    sid = running_session(fake_stack.settings.redis_url)
+    key = running_session(fake_stack.settings.redis_url)
     with pytest.raises(anthropic.APIStatusError) as info:
-        clients(fake_stack, sid)["anthropic"].messages.create(model="slow-5000", max_tokens=5, messages=MSG)
+        clients(fake_stack, key)["anthropic"].messages.create(model="slow-5000", max_tokens=5, messages=MSG)
     assert info.value.status_code == 504 and info.value.body["error"]["type"] == "timeout_error"
 
 
 def test_pause_drains_in_flight_calls_and_resume_stamps_the_policy_version(fake_stack):
-    sid = running_session(fake_stack.settings.redis_url)
+    key = running_session(fake_stack.settings.redis_url)
     proxy = fake_stack.settings.proxy_url
-    c = clients(fake_stack, sid)["openai"]
+    admin = httpx.Client(headers={"x-polar-admin-token": fake_stack.settings.secret("admin_token") or ""}, timeout=60)
+    for headers in ({}, {"x-polar-admin-token": "wrong"}):  # pause/resume are for the trainer only
+        for method, path in (("POST", "/admin/pause"), ("POST", "/admin/resume"), ("GET", "/admin/status")):
+            denied = httpx.request(method, f"{proxy}{path}", headers=headers, json={"policy_version": "evil"})
+            assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
+    c = clients(fake_stack, key)["openai"]
     slow = threading.Thread(target=lambda: c.chat.completions.create(model="slow-1500", messages=MSG))
     slow.start()
-    wait_for(lambda: httpx.get(f"{proxy}/admin/status").json()["inflight"] == 1, timeout=10, interval=0.02)
-    status = httpx.post(f"{proxy}/admin/pause", params={"timeout_seconds": 30}, timeout=60).json()
+    wait_for(lambda: admin.get(f"{proxy}/admin/status").json()["inflight"] == 1, timeout=10, interval=0.02)
+    status = admin.post(f"{proxy}/admin/pause", params={"timeout_seconds": 30}).json()
     assert status["paused"] and status["drained"]
-    assert len(records(fake_stack.settings.redis_url, sid)[0]) == 1  # drained: the slow call's record landed
+    assert len(records(fake_stack.settings.redis_url, key)[0]) == 1  # drained: the slow call's record landed
     slow.join()
     waiting = threading.Thread(target=lambda: c.chat.completions.create(model="fake", messages=MSG))
     waiting.start()
     time.sleep(0.5)  # a held call: nothing to wait for but the absence of an answer
     assert waiting.is_alive()
-    assert httpx.post(f"{proxy}/admin/resume", json={"policy_version": "v2"}).json()["paused"] is False
+    assert admin.post(f"{proxy}/admin/resume", json={"policy_version": "v2"}).json()["paused"] is False
     waiting.join(timeout=10)
-    done, _ = records(fake_stack.settings.redis_url, sid)
+    done, _ = records(fake_stack.settings.redis_url, key)
     assert [r["policy_version"] for r in done] == [None, "v2"]
-    httpx.post(f"{proxy}/admin/resume", json={"policy_version": None})
+    admin.post(f"{proxy}/admin/resume", json={"policy_version": None})
 
 
 def test_connection_failure_fails_over_to_the_next_endpoint(fake_stack, tmp_path):
@@ -95,10 +100,10 @@ def test_connection_failure_fails_over_to_the_next_endpoint(fake_stack, tmp_path
     try:
         wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)
         for _ in range(4):  # whatever endpoint each session hashes to first, the call succeeds
-            sid = running_session(fake_stack.settings.redis_url)
-            sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/s/{sid}/v1", api_key="x", max_retries=0)
+            key = running_session(fake_stack.settings.redis_url)
+            sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/s/{key}/v1", api_key="x", max_retries=0)
             assert sdk.chat.completions.create(model="fake", messages=MSG).choices[0].message.content == "ok"
-            done, _ = records(fake_stack.settings.redis_url, sid)
+            done, _ = records(fake_stack.settings.redis_url, key)
             assert done[0]["upstream_url"] == fake_stack.settings.upstream_url
     finally:
         proc.send_signal(signal.SIGINT)  # gunicorn's quick shutdown

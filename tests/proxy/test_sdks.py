@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pipeline import keys
 from pipeline.codec import unpack
 from tests.proxy.sdk_drivers import DRIVERS
-from tests.support import running_session
+from tests.support import running_session, sid_of
 
 SCRIPT = json.loads((__import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" /
                      "sdk_tools_policy.json").read_text())["turns"]
@@ -27,9 +27,9 @@ def hf(model_dir):
     return tok, model
 
 
-def records(stack, sid):
+def records(stack, key):
     r = redis.Redis.from_url(stack.settings.redis_url)
-    return [unpack(b) for b in r.lrange(keys.session_completions(sid), 0, -1)]
+    return [unpack(b) for b in r.lrange(keys.session_completions(sid_of(key)), 0, -1)]
 
 
 def check_capture(rec, hf):
@@ -58,9 +58,9 @@ def outcomes(ref_stack):
     out = {}
     for driver in DRIVERS:
         for stream in (False, True):
-            sid = running_session(ref_stack.settings.redis_url)
-            d = driver(ref_stack.settings.proxy_url, sid)
-            out[(driver.name, stream)] = (sid, d.weather(stream), d.think(stream))
+            key = running_session(ref_stack.settings.redis_url)
+            d = driver(ref_stack.settings.proxy_url, key)
+            out[(driver.name, stream)] = (key, d.weather(stream), d.think(stream))
     return out
 
 
@@ -86,8 +86,8 @@ def test_stream_accumulates_to_the_non_streaming_answer(outcomes, name):
 @pytest.mark.parametrize("name", [d.name for d in DRIVERS])
 def test_captured_ids_and_logprobs_are_the_servers(outcomes, ref_stack, hf, name):
     for stream in (False, True):
-        sid = outcomes[(name, stream)][0]
-        recs = records(ref_stack, sid)
+        key = outcomes[(name, stream)][0]
+        recs = records(ref_stack, key)
         assert len(recs) == 3 and all(r["provider"] == name for r in recs)
         for rec in recs:
             check_capture(rec, hf)
@@ -109,10 +109,10 @@ def test_every_provider_renders_the_same_conversation_to_the_same_ids(outcomes, 
 @pytest.mark.parametrize("name", ["openai_chat", "anthropic"])
 def test_sglang_engine_captures_the_same_way(sglang_stack, hf, name):
     driver = next(d for d in DRIVERS if d.name == name)
-    sid = running_session(sglang_stack.settings.redis_url)
-    out = driver(sglang_stack.settings.proxy_url, sid).weather(stream=True)
+    key = running_session(sglang_stack.settings.redis_url)
+    out = driver(sglang_stack.settings.proxy_url, key).weather(stream=True)
     assert out.calls == EXPECTED_CALLS and out.final_text == SCRIPT[1]["content"]
-    recs = records(sglang_stack, sid)
+    recs = records(sglang_stack, key)
     assert len(recs) == 2
     for rec in recs:
         check_capture(rec, hf)

@@ -12,14 +12,14 @@ from pipeline.codec import unpack
 from pipeline.schemas import CompletionRecord
 from proxy.verify import Verifier
 from tests.proxy.sdk_drivers import ChatDriver, GoogleDriver
-from tests.support import running_session
+from tests.support import running_session, sid_of
 
 
 def session_records(stack, driver) -> list[CompletionRecord]:
-    sid = running_session(stack.settings.redis_url)
-    driver(stack.settings.proxy_url, sid).weather(stream=False)
+    key = running_session(stack.settings.redis_url)
+    driver(stack.settings.proxy_url, key).weather(stream=False)
     r = redis.Redis.from_url(stack.settings.redis_url)
-    return [CompletionRecord.model_validate(unpack(b)) for b in r.lrange(keys.session_completions(sid), 0, -1)]
+    return [CompletionRecord.model_validate(unpack(b)) for b in r.lrange(keys.session_completions(sid_of(key)), 0, -1)]
 
 
 def merge(records, **config):
@@ -79,8 +79,8 @@ def test_per_request_billing_lines_do_not_break_the_chain(ref_stack):
 
     from tests.proxy.sdk_drivers import RESULTS, AnthropicDriver
 
-    sid = running_session(ref_stack.settings.redis_url)
-    sdk = anthropic.Anthropic(base_url=f"{ref_stack.settings.proxy_url}/s/{sid}", api_key=sid, max_retries=0)
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = anthropic.Anthropic(base_url=f"{ref_stack.settings.proxy_url}/s/{key}", api_key=key, max_retries=0)
 
     def system(n):  # Claude Code's first system block changes on every request
         return [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.197; cch={n:05x};"},
@@ -95,7 +95,7 @@ def test_per_request_billing_lines_do_not_break_the_chain(ref_stack):
     sdk.messages.create(model="sdk-tools", max_tokens=512, system=system(2), messages=messages,
                         tools=AnthropicDriver.tools)
     r = redis.Redis.from_url(ref_stack.settings.redis_url)
-    records = [CompletionRecord.model_validate(unpack(b)) for b in r.lrange(keys.session_completions(sid), 0, -1)]
+    records = [CompletionRecord.model_validate(unpack(b)) for b in r.lrange(keys.session_completions(sid_of(key)), 0, -1)]
     assert all(rec.normalizations == ["anthropic_billing_header"] for rec in records)
     assert all("billing" not in rec.normalized_request["messages"][0]["content"] for rec in records)
     assert "cch=00001" in str(records[0].original_request["system"])  # the original is kept verbatim

@@ -82,8 +82,8 @@ def test_first_outcome_wins(r):
 def test_session_keys_share_one_cluster_slot():
     from pipeline import keys
 
-    sid = "sk-polar-abc"
+    sid = "sess-abc"
     tags = {k.split("{")[1].split("}")[0] for k in (
-        keys.session(sid), keys.session_completions(sid), keys.session_lease(sid, "run"),
-        keys.session_result(sid), keys.session_published(sid), keys.session_inflight(sid))}
+        keys.session(sid), keys.session_completions(sid), keys.session_errors(sid),
+        keys.session_result(sid), keys.session_published(sid), keys.session_calls(sid))}
     assert tags == {sid}

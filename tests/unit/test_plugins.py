@@ -26,7 +26,7 @@ def test_every_catalogued_plugin_loads_and_implements_its_seam(registry, catalog
         assert all(callable(getattr(item, m, None)) for m in methods), (name, methods)
     with pytest.raises(error, match="not available in this build"):
         registry.resolve("no-such-plugin")
-    with pytest.raises(error, match="cannot import"):
+    with pytest.raises(error, match="not allowed"):
         registry.resolve("no.such.module:Thing")
 
 
@@ -44,3 +44,18 @@ def test_unknown_names_are_refused_at_submit():
     with pytest.raises(ValueError, match="unknown evaluator strategy 'vibes'"):
         TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"},
                                     "evaluator": {"strategy": "vibes"}})
+
+
+def test_import_paths_load_only_from_allowed_modules():
+    from pipeline.registry import allow_plugin_modules
+
+    try:
+        allow_plugin_modules([])
+        with pytest.raises(BuildError, match="not allowed"):
+            builders.BUILDERS.resolve("subprocess:Popen")
+        allow_plugin_modules(["pipeline.builders"])
+        assert builders.BUILDERS.resolve("pipeline.builders.per_request:PerRequestBuilder")
+        with pytest.raises(BuildError, match="not allowed"):
+            builders.BUILDERS.resolve("pipeline.buildersx:Thing")  # a prefix of a name is not the module
+    finally:
+        allow_plugin_modules([])

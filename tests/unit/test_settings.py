@@ -49,14 +49,16 @@ def test_dot_env_file_is_read(tmp_path, monkeypatch):
     for name in ("POLAR_READY_CAPACITY", "POLAR_ADMIN_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     s = Settings.from_env()
-    assert s.ready_capacity == 5 and s.admin_token == "t0k"
+    assert s.ready_capacity == 5 and s.secret("admin_token") == "t0k"
+    assert "t0k" not in repr(s) and "t0k" not in str(s.model_dump())  # secrets never print
     (tmp_path / ".env").write_text("POLAR_READY_CAPASITY=5\n")
     with pytest.raises(ConfigError, match="POLAR_READY_CAPASITY"):
         Settings.from_env()
 
 
 def test_to_env_reproduces_the_settings_in_a_child():
-    s = Settings(home=Path("/tmp/h"), redis_url="redis://x:1/0", ready_capacity=2, task_events=False)
+    s = Settings(home=Path("/tmp/h"), redis_url="redis://x:1/0", ready_capacity=2, task_events=False,
+                 api_token="secret-api")
     assert Settings.from_env(s.to_env()) == s
 
 

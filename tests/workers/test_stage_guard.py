@@ -7,8 +7,9 @@ from pipeline.schemas import SessionResult, SessionSpec, TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus as S
 from pipeline.status import Stage
-from pipeline.stores.leases import StageLease
+from pipeline.stores.leases import StageLease, held
 from pipeline.stores.queues import queue_depths
+from tests.support import wait_for
 from workers.stages import init
 from workers.stages.common import Skip, make_deps, run_stage
 
@@ -93,21 +94,38 @@ def test_init_worker_lost_while_waiting_for_a_slot_starts_over(d, sid):
     assert ran == [1] and queued(d, Stage.RUN) == 1
 
 
-def test_reaper_finds_stages_whose_worker_died(d, sid):
+def test_reaper_sends_again_a_stage_whose_worker_died(d, sid):
     from workers.stages import reaper
 
-    assert reaper.stalled(d) == []  # registered, nothing started: its INIT message is just queued
+    assert reaper.reap_once(d) == []  # registered, INIT just queued: nothing is lost
     walk_to(d, sid, S.RUNNING)
-    d.stores.sessions.mark_started(sid, Stage.INIT)
-    d.stores.sessions.mark_done(sid, Stage.INIT, Stage.RUN)
-    d.stores.sessions.mark_started(sid, Stage.RUN)
-    live = StageLease(d.stores.r, sid, Stage.RUN, 5)
+    live = StageLease(d.stores.r, sid, Stage.RUN, 0.3)
     assert live.acquire()
-    assert reaper.stalled(d) == []  # the RUN worker is alive (its lease heartbeats)
-    live.release()  # ... and now it is dead
-    assert reaper.stalled(d) == [(sid, Stage.RUN)]
+    wait_for(lambda: queued(d, Stage.RUN) == 0 and held(d.stores.r, sid, Stage.RUN), timeout=2)
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == []  # the RUN worker is alive: its lease heartbeats
+    live.stop_heartbeat()  # ... and now it is dead
+    wait_for(lambda: not held(d.stores.r, sid, Stage.RUN), timeout=5, interval=0.05)
+    d.stores.r.delete(keys.REAPER_LOCK)
     assert reaper.reap_once(d) == [(sid, Stage.RUN)] and queued(d, Stage.RUN) == 1
     assert reaper.reap_once(d) == []  # one pass per interval across all workers (the lock)
-    d.stores.sessions.retire(sid)
-    d.stores.r.delete(keys.REAPER_LOCK)  # the next interval
-    assert reaper.stalled(d) == []  # retired sessions are not watched
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == []  # each lost lease is sent once
+
+
+def test_reaper_sends_init_for_a_session_stored_but_never_dispatched(d, sid, monkeypatch):
+    from workers.stages import reaper
+
+    monkeypatch.setattr(reaper, "UNDISPATCHED_GRACE_SECONDS", 0.0)
+    assert reaper.reap_once(d) == [(sid, Stage.INIT)] and queued(d, Stage.INIT) == 1
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == []  # sent once
+
+
+def test_a_live_lease_cannot_be_taken_and_a_dead_one_can(d, sid):
+    first = StageLease(d.stores.r, sid, Stage.INIT, 0.3)
+    assert first.acquire()
+    assert not StageLease(d.stores.r, sid, Stage.INIT, 5).acquire()
+    first.stop_heartbeat()
+    wait_for(lambda: StageLease(d.stores.r, sid, Stage.INIT, 5).acquire(), timeout=5, interval=0.05)
+    assert first.lost.is_set() is False  # it stopped beating, so it never learnt; a beating one would

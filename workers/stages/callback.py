@@ -9,8 +9,11 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 
+from pipeline.callback_policy import refusal
 from pipeline.celery_app import dispatch_callback
+from pipeline.credentials import signature
 from pipeline.errors import TransitionRefused
 from pipeline.status import SessionStatus, Stage
 from pipeline.stores.leases import StageLease
@@ -18,7 +21,6 @@ from pipeline.stores.sessions import SessionState
 from workers.stages.common import Deps, Skip, log
 
 CALLBACK_TIMEOUT_SECONDS = 30.0
-CALLBACK_CLAIM_SECONDS = 600
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -39,45 +41,77 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     log.info("callback %s: %s published as %s", sid, result.status.value, entry)
     d.stores.records.expire(sid, d.settings.records_ttl_seconds)
     d.stores.outputs.expire_trajectory(sid, d.settings.records_ttl_seconds)
-    d.stores.sessions.retire(sid)
     tasks = d.stores.tasks
     if tasks.count_finished(result.task_id, sid):
         log.info("task %s %s", result.task_id, tasks.finish(result.task_id).value)
-        # Redelivered copies of the last session count it again: only one starts the delivery.
-        if tasks.request(result.task_id).callback_url and tasks.claim_callback(result.task_id, CALLBACK_CLAIM_SECONDS):
+        url = tasks.request(result.task_id).callback_url
+        # Redelivered copies of the last session count it again: the outbox starts it once; the
+        # reaper re-sends it if this dispatch is lost.
+        if url and d.stores.callbacks.enqueue(result.task_id, url):
             dispatch_callback(d.app, result.task_id)
     return None
 
 
 class DeliveryFailed(Exception):
     """A callback POST that may succeed later (connection error, 408/429/5xx): Celery retries
-    the delivery task with exponential back-off (``workers/stages/tasks.py``)."""
+    the delivery task with exponential back-off (``workers/stages/tasks.py``), and the outbox
+    knows it is due again should that retry be lost."""
 
 
-def deliver(d: Deps, task_id: str, attempt: int, final: bool) -> dict[str, Any] | None:
-    """POST the task's final status to its ``callback_url``; record the outcome in the task once
-    it is delivered, refused, or out of attempts. Raises ``DeliveryFailed`` to be retried."""
-    tasks = d.stores.tasks
-    done = tasks.callback_record(task_id)
-    if done is not None:
-        return done  # a redelivered copy of a finished delivery
-    request = tasks.request(task_id)
-    payload = tasks.status(task_id, include_results=True).model_dump(mode="json")
-    info: dict[str, Any] = {"url": request.callback_url, "attempts": attempt, "delivered": False}
+def backoff_seconds(attempt: int) -> float:
+    """The wait after failed attempt ``attempt`` (1, 2, 4, ... up to a minute): what Celery's
+    ``retry_backoff=1, retry_backoff_max=60`` waits, recorded so the reaper agrees."""
+    return float(min(60, 2 ** (attempt - 1)))
+
+
+def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
+    """One attempt at POSTing the task's final status to its ``callback_url``. The outbox decides
+    whether this attempt may run (one at a time) and records how it ended; raises
+    ``DeliveryFailed`` when it should be retried."""
+    outbox = d.stores.callbacks
+    verdict, attempt = outbox.claim(task_id, lease_seconds=CALLBACK_TIMEOUT_SECONDS + 30)
+    if verdict != "go":
+        return outbox.record(task_id)  # ended already, or another attempt is on it
+    assert isinstance(attempt, int)
+    request = d.stores.tasks.request(task_id)
+    url = str(request.callback_url)
+    info: dict[str, Any] = {"last_attempt_at": time.time()}
+    why = refusal(url, d.settings)
+    if why:
+        outbox.finish(task_id, "refused", {**info, "last_error": why})
+        log.warning("task %s callback refused: %s", task_id, why)
+        return outbox.record(task_id)
+    body = orjson.dumps(d.stores.tasks.status(task_id, include_results=True).model_dump(mode="json"))
     retry = False
     try:
-        resp = httpx.post(str(request.callback_url), json=payload, timeout=CALLBACK_TIMEOUT_SECONDS)
+        resp = httpx.post(url, content=body, headers=_headers(d, task_id, attempt, body),
+                          timeout=CALLBACK_TIMEOUT_SECONDS)
         info["status_code"] = resp.status_code
-        info["delivered"] = resp.status_code < 300
         # A 4xx other than 408/429 is the receiver refusing it: retrying will not help.
         retry = resp.status_code >= 500 or resp.status_code in (408, 429)
+        ended = "delivered" if resp.status_code < 300 else "refused"
     except httpx.HTTPError as exc:
-        info["error"] = f"{type(exc).__name__}: {exc}"
-        retry = True
-    if retry and not final:
+        info["last_error"] = f"{type(exc).__name__}: {exc}"
+        retry, ended = True, "failed"
+    if retry and attempt < d.settings.callback_attempts:
+        outbox.retry_at(task_id, time.time() + backoff_seconds(attempt), info)
         log.info("task %s callback attempt %d failed (%s); retrying", task_id, attempt,
-                 info.get("status_code") or info.get("error"))
-        raise DeliveryFailed(str(info))
-    log.log(logging.INFO if info["delivered"] else logging.WARNING, "task %s callback: %s", task_id, info)
-    tasks.record_callback(task_id, info)
-    return info
+                 info.get("status_code") or info.get("last_error"))
+        raise DeliveryFailed(f"attempt {attempt}: {info.get('status_code') or info.get('last_error')}")
+    outbox.finish(task_id, "failed" if retry else ended, info)
+    record = outbox.record(task_id)
+    log.log(logging.INFO if ended == "delivered" else logging.WARNING, "task %s callback: %s", task_id, record)
+    return record
+
+
+def _headers(d: Deps, task_id: str, attempt: int, body: bytes) -> dict[str, str]:
+    """What a receiver needs to deduplicate (the same key on every attempt) and to check that
+    the POST came from this service (see docs/delivery.md for verifying the signature)."""
+    headers = {"content-type": "application/json", "Idempotency-Key": f"{task_id}:task-result",
+               "X-Polar-Task-Id": task_id, "X-Polar-Attempt": str(attempt)}
+    secret = d.settings.secret("callback_secret")
+    if secret:
+        timestamp = str(int(time.time()))
+        headers["X-Polar-Timestamp"] = timestamp
+        headers["X-Polar-Signature"] = signature(secret, timestamp, body)
+    return headers

@@ -20,6 +20,7 @@ from typing import Callable
 from celery import Celery
 
 from pipeline.celery_app import dispatch, make_app
+from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
 from pipeline.stores import Stores
@@ -53,6 +54,7 @@ def _deps_for(pid: int) -> Deps:
 
 
 def make_deps(settings: Settings) -> Deps:
+    allow_plugin_modules(settings.plugin_module_list)
     return Deps(settings, Stores.open(connect(settings), settings), make_app(settings))
 
 
@@ -72,6 +74,7 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
     if not lease.acquire():
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
         return "duplicate"
+    failed = False
     try:
         state = sessions.get(session_id)
         if state is None:
@@ -102,8 +105,16 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         sessions.mark_done(session_id, stage, nxt)
         _send(d, nxt, session_id)
         return "done"
+    except BaseException:
+        # Crashed (Redis gone for longer than the client retries, a bug): keep the lease
+        # unreleased so it lapses and the reaper sends the stage again, into its recovery path,
+        # instead of the session waiting for a message nobody will send.
+        failed = True
+        lease.stop_heartbeat()
+        raise
     finally:
-        lease.release()
+        if not failed:
+            lease.release()
 
 
 _ORDER = list(Stage)

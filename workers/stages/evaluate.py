@@ -28,7 +28,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     try:
         if outcome != Outcome.CANCELLED:
             evaluator = evaluators.create(spec.evaluator.strategy, spec.evaluator.config)
-            env = {**harnesses.harness_env(d.settings.proxy_url, spec), **spec.evaluator.env}
+            env = {**harnesses.harness_env(d.settings.proxy_url, spec, state.key or ""), **spec.evaluator.env}
             res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env))
             res.apply(trajectory)
             reward = res.outcome_reward

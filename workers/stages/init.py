@@ -51,7 +51,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         cancelled = lambda: d.stores.sessions.cancel_requested(sid)  # noqa: E731
         for i, action in enumerate(spec.runtime.prepare):
             _prepare(runtime, action, i, deadline, cancelled)
-        env = harnesses.harness_env(d.settings.proxy_url, spec)
+        env = harnesses.harness_env(d.settings.proxy_url, spec, state.key or "")
         harnesses.create(spec.agent.harness or "shell").setup(runtime, HarnessContext(spec, env))
         if cancelled():
             raise StepFailed(Outcome.CANCELLED, "cancelled during init")

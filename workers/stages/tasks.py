@@ -33,13 +33,12 @@ TASKS = {stage: _make_task(stage) for stage in Stage}
 
 
 # Retried by Celery itself (a new message with a countdown, 1 s doubling up to a minute) while
-# the receiver is unreachable or answers 408/429/5xx; the last attempt records the failure.
+# the receiver is unreachable or answers 408/429/5xx; the outbox counts the attempts, ends the
+# delivery when the budget is spent, and lets the reaper resend one whose worker died.
 @app.task(name=CALLBACK_DELIVERY_TASK, bind=True, acks_late=True, autoretry_for=(callback.DeliveryFailed,),
-          retry_backoff=1, retry_backoff_max=60, retry_jitter=False,
-          max_retries=max(0, deps().settings.callback_attempts - 1))
+          retry_backoff=1, retry_backoff_max=60, retry_jitter=False, max_retries=None)
 def deliver_callback(self, task_id: str) -> None:
-    callback.deliver(deps(), task_id, attempt=self.request.retries + 1,
-                     final=self.request.retries >= (self.max_retries or 0))
+    callback.deliver(deps(), task_id)
 
 
 @worker_ready.connect

@@ -1,0 +1,67 @@
+"""The rollout API described as OpenAPI 3.1 (served at ``/openapi.json``): what clients and the
+API fuzzer (schemathesis, tests/inproc/test_api_fuzz.py) work from. The request schema is the
+pydantic model's own; responses name their shapes."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pipeline.schemas import TaskRequest, TaskStatus
+
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["type", "message"],
+    "properties": {"type": {"type": "string"}, "message": {"type": "string"},
+                   "fields": {"type": "array", "items": {"type": "object"}}}}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _json(ref: str, description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
+
+
+_TASK_ID = {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+_COMMON = {"401": _error("missing or wrong API token"), "503": _error("Redis unavailable; retry")}
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_document() -> dict[str, Any]:
+    task_schema = TaskRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    status_schema = TaskStatus.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas: dict[str, Any] = {"Error": _ERROR}
+    for doc in (task_schema, status_schema):
+        schemas.update(doc.pop("$defs", {}))
+    schemas["TaskRequest"] = task_schema
+    schemas["TaskStatus"] = status_schema
+    schemas["Submitted"] = {"type": "object", "required": ["task_id", "status", "session_ids"], "properties": {
+        "task_id": {"type": "string"}, "status": {"type": "string"},
+        "session_ids": {"type": "array", "items": {"type": "string"}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "polar-rollout API", "version": "1"},
+        "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/rollout/task/submit": {"post": {
+                "operationId": "submit",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/TaskRequest"}}}},
+                "responses": {"200": _json("Submitted"), "400": _error("invalid task: each field named"),
+                              "409": _error("task id taken"), "413": _error("body too large"), **_COMMON}}},
+            "/rollout/task/{task_id}": {
+                "get": {"operationId": "status", "parameters": [_TASK_ID, {
+                    "name": "results", "in": "query", "required": False, "schema": {"type": "string"}}],
+                    "responses": {"200": _json("TaskStatus"), "404": _error("unknown task"), **_COMMON}},
+                "delete": {"operationId": "cancel", "parameters": [_TASK_ID],
+                           "responses": {"200": {"description": "cancelling"}, "404": _error("unknown task"),
+                                         **_COMMON}}},
+            "/rollout/status": {"get": {"operationId": "pipeline_status", "parameters": [{
+                "name": "workers", "in": "query", "required": False, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "queues, READY, workers"}, **_COMMON}}},
+            "/health": {"get": {"operationId": "health", "security": [],
+                                "responses": {"200": {"description": "ok"}, "503": {"description": "Redis down"}}}},
+        },
+    }

@@ -1,0 +1,95 @@
+"""The callback outbox against a real HTTP receiver: retried with back-off until acknowledged,
+refused targets never contacted, one idempotency key and a verifiable signature on every
+attempt, and a delivery whose worker died mid-POST picked up again by the reaper."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from hashlib import sha256
+
+import pytest
+
+from pipeline.schemas import TaskRequest
+from pipeline.settings import Settings
+from tests.support import wait_for
+from tests.support_http import Receiver
+from workers.stages import callback, reaper
+from workers.stages.common import make_deps
+
+SECRET = "s3cret-signing-key"
+
+
+@pytest.fixture
+def d(r, redis_url, tmp_path):
+    return make_deps(Settings(home=tmp_path, redis_url=redis_url, callback_secret=SECRET, callback_attempts=3,
+                              api_url="http://127.0.0.1:1", proxy_url="http://127.0.0.1:2"))
+
+
+@pytest.fixture
+def receiver():
+    rec = Receiver()
+    yield rec
+    rec.close()
+
+
+def finished_task(d, url: str, task_id: str = "t-cb") -> str:
+    d.stores.tasks.create(TaskRequest.model_validate({"task_id": task_id, "instruction": "x", "callback_url": url,
+                                                      "agent": {"custom_shell": "true"}}))
+    assert d.stores.callbacks.enqueue(task_id, url)
+    assert not d.stores.callbacks.enqueue(task_id, url)  # once
+    return task_id
+
+
+def test_retried_until_acknowledged_with_one_key_and_a_valid_signature(d, receiver):
+    receiver.script = [503, 503]
+    tid = finished_task(d, receiver.url)
+    for _ in range(2):
+        with pytest.raises(callback.DeliveryFailed):
+            callback.deliver(d, tid)
+        rec = d.stores.callbacks.record(tid)
+        assert rec["state"] == "pending" and rec["status_code"] == 503  # visible while retrying
+    record = callback.deliver(d, tid)
+    assert record["delivered"] and record["attempts"] == 3 and record["state"] == "delivered"
+    assert callback.deliver(d, tid)["attempts"] == 3  # a redelivered task POSTs nothing more
+    assert len(receiver.posts) == 3 and len(receiver.delivered_once()) == 1
+    for headers, body in receiver.posts:
+        assert headers["idempotency-key"] == f"{tid}:task-result"
+        want = "sha256=" + hmac.new(SECRET.encode(), headers["x-polar-timestamp"].encode() + b"." + body,
+                                    sha256).hexdigest()
+        assert hmac.compare_digest(headers["x-polar-signature"], want)
+        assert json.loads(body)["task_id"] == tid
+
+
+def test_the_budget_ends_as_failed_and_a_refusal_is_final(d, receiver):
+    receiver.script = [500, 500, 500]
+    tid = finished_task(d, receiver.url, "t-budget")
+    for _ in range(2):
+        with pytest.raises(callback.DeliveryFailed):
+            callback.deliver(d, tid)
+    assert callback.deliver(d, tid)["state"] == "failed"  # 3 attempts: the budget
+    receiver.script = [400]
+    tid = finished_task(d, receiver.url, "t-refused")
+    assert callback.deliver(d, tid)["state"] == "refused"  # a 4xx: retrying will not help
+    assert d.stores.callbacks.due(late_by_seconds=-3600) == []  # nothing left to send
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/admin/pause", "http://localhost:2/admin/pause"])
+def test_a_callback_at_the_services_own_endpoints_is_never_sent(d, receiver, url):
+    tid = finished_task(d, url, "t-own")
+    record = callback.deliver(d, tid)
+    assert record["state"] == "refused" and "own endpoints" in record["last_error"]
+
+
+def test_a_delivery_whose_worker_died_mid_post_is_sent_again_by_the_reaper(d, receiver, monkeypatch):
+    tid = finished_task(d, receiver.url, "t-lost")
+    verdict, _ = d.stores.callbacks.claim(tid, lease_seconds=0.2)  # a worker claims it ... and dies
+    assert verdict == "go"
+    monkeypatch.setattr(reaper, "CALLBACK_LATE_SECONDS", 0.0)
+    wait_for(lambda: tid in d.stores.callbacks.due(0.0), timeout=5, interval=0.05)
+    sent = []
+    monkeypatch.setattr(reaper, "dispatch_callback", lambda app, task_id: sent.append(task_id))
+    reaper.reap_once(d)
+    assert sent == [tid]
+    assert callback.deliver(d, tid)["delivered"]  # the resent task delivers, same key
+    assert len(receiver.delivered_once()) == 1
