@@ -83,9 +83,6 @@ def task_callback_lease(tid: str) -> str:
 
 
 TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time (trimmed to the task TTL)
-# Sessions registered whose INIT message was not confirmed sent yet (score = registration time):
-# the reaper sends INIT for those left behind (an API that died between storing and dispatching).
-UNDISPATCHED = f"{PREFIX}:sessions:undispatched"
 REAPER_LOCK = f"{PREFIX}:reaper"  # one reaper pass at a time across all workers
 CALLBACKS_DUE = f"{PREFIX}:callbacks:due"  # zset: task id -> when its callback delivery is due
 
@@ -101,6 +98,10 @@ def lease_member(stage: str, sid: str) -> str:
 
 LEASE_EXPIRY = f"{PREFIX}:{{leases}}:expiry"
 LEASE_OWNER = f"{PREFIX}:{{leases}}:owner"
+# Stage messages sent and not started yet (score = when sent). Starting a stage removes its
+# entry; one that stays while its queue is empty was lost (an API that died between storing a
+# task and dispatching it, a worker killed right after fetching a message) and is sent again.
+LEASE_SENT = f"{PREFIX}:{{leases}}:sent"
 
 # --- READY buffer ----------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ Script file (JSON)::
     ]}
 
 ``reasoning`` (optional) is rendered by the chat template as a ``<think>`` block, so its tokens are
-part of the turn's ids exactly as a Qwen3-style model would emit them.
+part of the turn's ids exactly as a Qwen3-style model would emit them. ``delay_seconds``
+(optional) holds the answer back that long, like a slow engine (fault tests: a call in flight).
 
 A bare list of turns is accepted too. The turn played is the number of assistant messages
 already in the request, so every conversation walks the same script independently.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,7 @@ class ScriptedTurn:
     # template's tojson and the hermes parser agree on one canonical JSON string.
     tool_calls: tuple[dict, ...] = ()
     reasoning: str | None = None
+    delay_seconds: float = 0.0
 
     def as_message(self) -> dict:
         msg: dict = {"role": "assistant", "content": self.content}
@@ -80,7 +83,7 @@ def _parse_call(i: int, j: int, call) -> dict:
 def _parse_turn(i: int, raw) -> ScriptedTurn:
     if not isinstance(raw, dict):
         raise ScriptError(f"turn {i}: must be an object with 'content' and/or 'tool_calls'")
-    unknown = sorted(set(raw) - {"content", "tool_calls", "reasoning"})
+    unknown = sorted(set(raw) - {"content", "tool_calls", "reasoning", "delay_seconds"})
     if unknown:
         raise ScriptError(f"turn {i}: unknown field(s) {', '.join(unknown)}")
     content = raw.get("content")
@@ -95,7 +98,11 @@ def _parse_turn(i: int, raw) -> ScriptedTurn:
     parsed = tuple(_parse_call(i, j, c) for j, c in enumerate(calls))
     if not content and not parsed:
         raise ScriptError(f"turn {i}: needs a non-empty 'content' or at least one tool call")
-    return ScriptedTurn(content=content or None, tool_calls=parsed, reasoning=reasoning or None)
+    delay = raw.get("delay_seconds", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 3600:
+        raise ScriptError(f"turn {i}: delay_seconds must be a number of seconds in [0, 3600]")
+    return ScriptedTurn(content=content or None, tool_calls=parsed, reasoning=reasoning or None,
+                        delay_seconds=float(delay))
 
 
 class ScriptedPolicy:
@@ -173,6 +180,8 @@ class ScriptedPolicy:
         turn = self.turn_for(messages)
         if turn is None:
             return None
+        if self.turns[turn].delay_seconds:
+            time.sleep(self.turns[turn].delay_seconds)
         ids = self.response_ids(engine, turn)
         limit = max(int(max_tokens), 0)
         finish = "stop"

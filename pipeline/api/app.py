@@ -23,6 +23,7 @@ from pipeline.callback_policy import refusal
 from pipeline.celery_app import dispatch, make_app, stage_queues
 from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import same_secret
+from pipeline.dispatch import Dispatcher
 from pipeline.errors import TaskExists, TaskNotFound
 from pipeline.registry import allow_plugin_modules, plugin_allowed
 from pipeline.schemas import TaskRequest
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     stores = Stores.open(r, settings)
     tasks, ready = stores.tasks, stores.ready
     celery = make_app(settings)
+    dispatcher = Dispatcher(celery, r)
     token = settings.secret("api_token")
 
     @app.before_request
@@ -70,11 +72,11 @@ def create_app(settings: Settings | None = None) -> Flask:
             specs = tasks.create(task)
         except TaskExists:
             raise ApiError(409, "conflict", f"task {task.task_id!r} already exists") from None
-        # The task is stored; if a dispatch fails here the reaper sends it (undispatched index).
+        # The task is stored with its INIT messages recorded as sent: if sending fails here, the
+        # reaper sends them.
         try:
             for spec in specs:
                 dispatch(celery, Stage.INIT, spec.session_id)
-            tasks.mark_dispatched([s.session_id for s in specs])
         except Exception as exc:  # noqa: BLE001 - accepted is accepted: the reaper dispatches later
             log.warning("task %s: INIT dispatch deferred to the reaper: %s", task.task_id, exc)
         return _json({"task_id": task.task_id, "status": "pending",
@@ -96,7 +98,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         except TaskNotFound:
             raise ApiError(404, "not_found", f"unknown task {task_id!r}") from None
         for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
-            dispatch(celery, Stage.POSTRUN, sid)
+            dispatcher.send(Stage.POSTRUN, sid)
         return _json({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
                       "flagged": flagged})
 

@@ -12,7 +12,9 @@ lost ones costs O(lost), not a scan of every live session. Times are Redis serve
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from typing import Any
 
 import redis
 
@@ -37,7 +39,7 @@ class StageLease:
         self._release = lua.bind(r, lua.LEASE_RELEASE)
 
     def acquire(self) -> bool:
-        if not self._acquire(keys=_KEYS, args=[self.member, self.token, self.ttl_ms]):
+        if not self._acquire(keys=[*_KEYS, keys.LEASE_SENT], args=[self.member, self.token, self.ttl_ms]):
             return False
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease:{self.member}", daemon=True)
         self._thread.start()
@@ -72,6 +74,22 @@ class StageLease:
         self.release()
 
 
+def note_sent(r: Any, session_id: str, stage: Stage) -> None:
+    """This stage's message is being sent (``r`` may be a pipeline: a submission registers its
+    INIT messages in the same transaction that stores the task)."""
+    r.zadd(keys.LEASE_SENT, {keys.lease_member(stage.value, session_id): time.time()})
+
+
+def sent_before(r: redis.Redis, cutoff: float, limit: int = 1000) -> list[tuple[str, Stage, float]]:
+    """(session, stage, when sent) of messages sent before ``cutoff`` whose stage never started."""
+    rows: Any = r.zrangebyscore(keys.LEASE_SENT, "-inf", repr(cutoff), start=0, num=limit, withscores=True)
+    out = []
+    for member, score in rows:
+        stage, _, sid = text(member).partition(":")
+        out.append((sid, Stage(stage), float(score)))
+    return out
+
+
 def take_expired(r: redis.Redis, limit: int = 1000) -> list[tuple[str, Stage]]:
     """(session, stage) of leases whose holder stopped renewing, each handed to one caller."""
     members = lua.bind(r, lua.LEASE_TAKE_EXPIRED)(keys=_KEYS, args=[limit]) or []
@@ -84,9 +102,17 @@ def take_expired(r: redis.Redis, limit: int = 1000) -> list[tuple[str, Stage]]:
 
 def held(r: redis.Redis, session_id: str, stage: Stage) -> bool:
     """Whether a worker holds this stage's lease right now (an expired entry counts as free)."""
-    t, _ = r.time()
-    score = r.zscore(keys.LEASE_EXPIRY, keys.lease_member(stage.value, session_id))
-    return score is not None and score > t * 1000
+    return held_many(r, [(session_id, stage)])[0]
+
+
+def held_many(r: redis.Redis, pairs: list[tuple[str, Stage]]) -> list[bool]:
+    """``held`` for many (session, stage) pairs in one round trip."""
+    pipe = r.pipeline(transaction=False)
+    pipe.time()
+    for sid, stage in pairs:
+        pipe.zscore(keys.LEASE_EXPIRY, keys.lease_member(stage.value, sid))
+    (seconds, _), *scores = pipe.execute()
+    return [score is not None and score > seconds * 1000 for score in scores]
 
 
 def try_reaper_pass(r: redis.Redis, ttl_seconds: float) -> bool:

@@ -71,9 +71,11 @@ return {-1, st}
 
 # --- stage leases ----------------------------------------------------------------------------
 
-# KEYS[1] lease expiry zset, KEYS[2] lease owner hash. ARGV: member, token, ttl (ms). Takes the
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset. ARGV: member, token,
+# ttl (ms). The stage's message has arrived (whatever happens next, it is not lost); takes the
 # lease if it is free, expired, or already this token's. Returns 1 when held.
 LEASE_ACQUIRE = Lua("lease_acquire", """
+redis.call('ZREM', KEYS[3], ARGV[1])
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import redis
 
@@ -107,20 +107,7 @@ class SessionStore:
         })
         # Kept while the session may run (its budget) and then for as long as results are kept.
         target.expire(key, int(spec.timeout_seconds) + self._ttl + 3600)
-        target.zadd(keys.UNDISPATCHED, {spec.session_id: time.time()})
         return secret
-
-    def mark_dispatched(self, session_ids: Sequence[str]) -> None:
-        """INIT was sent for these sessions: the reaper no longer needs to."""
-        if session_ids:
-            self._r.zrem(keys.UNDISPATCHED, *session_ids)
-
-    def undispatched(self, older_than_seconds: float, limit: int = 1000) -> list[str]:
-        """Sessions registered that long ago whose INIT was never confirmed sent."""
-        cutoff = time.time() - older_than_seconds
-        members: list[bytes] = self._r.zrangebyscore(keys.UNDISPATCHED, "-inf", repr(cutoff),  # type: ignore[assignment]
-                                                     start=0, num=limit)
-        return [text(m) for m in members]
 
     def get(self, session_id: str) -> SessionState | None:
         raw: dict[Any, Any] = self._r.hgetall(keys.session(session_id))

@@ -16,9 +16,10 @@ from pipeline import keys
 from pipeline.codec import text
 from pipeline.errors import TaskExists, TaskNotFound, TransitionRefused
 from pipeline.schemas import SessionResult, SessionSpec, SessionSummary, TaskRequest, TaskStatus
-from pipeline.status import Outcome, SessionStatus, TaskState
+from pipeline.status import Outcome, SessionStatus, Stage, TaskState
 from pipeline.stores import lua
 from pipeline.stores.callbacks import CallbackOutbox
+from pipeline.stores.leases import note_sent
 from pipeline.stores.outputs import OutputStore
 from pipeline.stores.ready import ReadyBuffer
 from pipeline.stores.sessions import SessionStore
@@ -55,6 +56,7 @@ class TaskStore:
                                         "state": TaskState.PENDING.value, "total": len(specs)})
                 for spec in specs:
                     self.sessions.register(spec, pipe)
+                    note_sent(pipe, spec.session_id, Stage.INIT)  # the reaper sends it if the API cannot
                 pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
                 pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
                 pipe.zremrangebyscore(keys.TASKS_INDEX, "-inf", repr(now - self._ttl))  # bounded
@@ -66,8 +68,7 @@ class TaskStore:
                 raise TaskExists(request.task_id) from None
         return specs
 
-    def mark_dispatched(self, session_ids: list[str]) -> None:
-        self.sessions.mark_dispatched(session_ids)
+
 
     # --- reads -------------------------------------------------------------------------------
 

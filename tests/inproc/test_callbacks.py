@@ -88,7 +88,7 @@ def test_a_delivery_whose_worker_died_mid_post_is_sent_again_by_the_reaper(d, re
     monkeypatch.setattr(reaper, "CALLBACK_LATE_SECONDS", 0.0)
     wait_for(lambda: tid in d.stores.callbacks.due(0.0), timeout=5, interval=0.05)
     sent = []
-    monkeypatch.setattr(reaper, "dispatch_callback", lambda app, task_id: sent.append(task_id))
+    monkeypatch.setattr(d.dispatcher, "callback", sent.append)
     reaper.reap_once(d)
     assert sent == [tid]
     assert callback.deliver(d, tid)["delivered"]  # the resent task delivers, same key

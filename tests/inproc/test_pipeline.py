@@ -98,3 +98,30 @@ def test_a_missing_command_is_an_error_not_a_crash(deps):
     assert run_all(deps, sid) == ["done"] * 5
     result = deps.stores.outputs.result(sid)
     assert result.status == SessionStatus.ERROR and "127" in result.error and result.trajectory.traces == []
+
+
+# Keys without an expiry, each with the bound that keeps it small (docs/architecture.md).
+BOUNDED = {
+    "polar:results": "capped by POLAR_RESULTS_STREAM_MAXLEN",
+    "polar:tasks": "trimmed to the task retention at every submit",
+    "polar:{leases}:expiry": "one entry per running stage", "polar:{leases}:owner": "one entry per running stage",
+    "polar:{leases}:sent": "one entry per stage message not yet started",
+    "polar:{ready}:list": "at most POLAR_READY_CAPACITY", "polar:{ready}:slots": "at most POLAR_READY_CAPACITY",
+    "polar:callbacks:due": "one entry per callback still being delivered",
+    "polar:proxy:calls": "one entry per call in flight (lapsed ones purged)",
+    "polar:proxy:paused": "one flag", "polar:proxy:policy-version": "one value",
+}
+
+
+def test_every_redis_key_expires_or_has_a_documented_bound(deps, r):
+    for sid in submit(deps, num_samples=3):
+        run_all(deps, sid)
+    unbounded = []
+    for key in r.scan_iter(count=1000):
+        name = key.decode()
+        if r.ttl(key) >= 0 or name in BOUNDED:
+            continue
+        if name.startswith("_kombu.binding.") or name in ("init", "run", "postrun", "evaluate", "callback"):
+            continue  # Celery's own: bindings, and the stage queues (drained by the workers)
+        unbounded.append(name)
+    assert unbounded == []

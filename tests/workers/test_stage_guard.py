@@ -1,5 +1,6 @@
 """The redelivery guard around every stage, against a real Redis and the real Celery queues."""
 
+
 import pytest
 
 from pipeline import keys
@@ -113,13 +114,39 @@ def test_reaper_sends_again_a_stage_whose_worker_died(d, sid):
     assert reaper.reap_once(d) == []  # each lost lease is sent once
 
 
-def test_reaper_sends_init_for_a_session_stored_but_never_dispatched(d, sid, monkeypatch):
+def test_a_message_sent_and_never_started_is_sent_again_once_its_queue_shows_it_lost(d, sid, monkeypatch):
+    """A submission stored by an API that died before dispatching; a worker killed just after
+    fetching a message (kombu has it in flight): sent, never started, not in its queue."""
+    from pipeline.stores.leases import note_sent
     from workers.stages import reaper
 
-    monkeypatch.setattr(reaper, "UNDISPATCHED_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(reaper, "SENT_GRACE_SECONDS", 0.0)
+    note_sent(d.stores.r, sid, Stage.INIT)  # recorded as sent ... and lost
     assert reaper.reap_once(d) == [(sid, Stage.INIT)] and queued(d, Stage.INIT) == 1
     d.stores.r.delete(keys.REAPER_LOCK)
-    assert reaper.reap_once(d) == []  # sent once
+    assert reaper.reap_once(d) == []  # now it waits in its queue: not sent twice
+    assert run_stage(Stage.INIT, sid, lambda *a: None, d=d) == "done"  # starting it clears the record
+    d.stores.r.delete(keys.REAPER_LOCK)
+    d.stores.r.delete("init")
+    assert reaper.reap_once(d) == []
+
+
+def test_a_message_waiting_in_a_backlog_is_left_alone_until_the_queue_shows_it_lost(d, sid, monkeypatch):
+    from pipeline.celery_app import dispatch
+    from pipeline.stores.leases import note_sent
+    from workers.stages import reaper
+
+    monkeypatch.setattr(reaper, "SENT_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(reaper, "SENT_SCAN_AFTER_SECONDS", 0.0)
+    other = SessionSpec.expand(TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}}))[0]
+    d.stores.sessions.register(other)
+    dispatch(d.app, Stage.INIT, other.session_id)  # a backlog: someone else's message
+    note_sent(d.stores.r, sid, Stage.INIT)
+    dispatch(d.app, Stage.INIT, sid)  # ours, in the queue
+    assert reaper.reap_once(d) == []  # found in the queue (searched by its session id)
+    d.stores.r.lpop("init")  # lost (kombu LPUSHes and BRPOPs: ours, the newest, is leftmost)
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == [(sid, Stage.INIT)]
 
 
 def test_a_live_lease_cannot_be_taken_and_a_dead_one_can(d, sid):

@@ -61,11 +61,11 @@ class LocalRuntime:
 
     def cancel(self) -> None:
         pids = self.root / ".pids"
-        if not pids.is_dir():
-            return
-        (self.root / ".cancelled").touch()
-        for f in pids.iterdir():
-            _killpg(int(f.name), signal.SIGKILL)
+        if pids.is_dir():
+            (self.root / ".cancelled").touch()
+            for f in pids.iterdir():
+                _killpg(int(f.name), signal.SIGKILL)
+        kill_session_processes(self.root)
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -161,6 +161,35 @@ def _terminate_group(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         pass
     _killpg(proc.pid, signal.SIGKILL)
+
+
+def kill_session_processes(root: Path) -> int:
+    """Kill every process started in this session, including those that left its process group
+    (``setsid``, double forks): each carries the session's ``POLAR_SESSION_DIR`` in its
+    environment. (A process that scrubs its environment escapes this; the bwrap sandbox's PID
+    namespace does not let it.)"""
+    tag = f"POLAR_SESSION_DIR={root}".encode()
+    killed = 0
+    for _ in range(3):  # a dying parent may fork once more: sweep until nothing is left
+        found = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if tag in environ.split(b"\0"):
+                try:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    found += 1
+                except (ProcessLookupError, PermissionError):
+                    pass
+        killed += found
+        if not found:
+            break
+        time.sleep(0.05)
+    return killed
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -12,7 +12,6 @@ import httpx
 import orjson
 
 from pipeline.callback_policy import refusal
-from pipeline.celery_app import dispatch_callback
 from pipeline.credentials import signature
 from pipeline.errors import TransitionRefused
 from pipeline.status import SessionStatus, Stage
@@ -48,7 +47,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         # Redelivered copies of the last session count it again: the outbox starts it once; the
         # reaper re-sends it if this dispatch is lost.
         if url and d.stores.callbacks.enqueue(result.task_id, url):
-            dispatch_callback(d.app, result.task_id)
+            d.dispatcher.callback(result.task_id)
     return None
 
 
@@ -69,7 +68,7 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     whether this attempt may run (one at a time) and records how it ended; raises
     ``DeliveryFailed`` when it should be retried."""
     outbox = d.stores.callbacks
-    verdict, attempt = outbox.claim(task_id, lease_seconds=CALLBACK_TIMEOUT_SECONDS + 30)
+    verdict, attempt = outbox.claim(task_id, lease_seconds=CALLBACK_TIMEOUT_SECONDS + 5)
     if verdict != "go":
         return outbox.record(task_id)  # ended already, or another attempt is on it
     assert isinstance(attempt, int)

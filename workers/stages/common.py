@@ -19,7 +19,8 @@ from typing import Callable
 
 from celery import Celery
 
-from pipeline.celery_app import dispatch, make_app
+from pipeline.celery_app import make_app
+from pipeline.dispatch import Dispatcher
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
@@ -41,11 +42,13 @@ class Rerun(Exception):
 
 @dataclass(frozen=True)
 class Deps:
-    """What a stage needs: settings, the stores (the only way to Redis) and the Celery app."""
+    """What a stage needs: settings, the stores (the only way to Redis), the Celery app and the
+    dispatcher that sends the next stage."""
 
     settings: Settings
     stores: Stores
     app: Celery
+    dispatcher: Dispatcher
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +58,8 @@ def _deps_for(pid: int) -> Deps:
 
 def make_deps(settings: Settings) -> Deps:
     allow_plugin_modules(settings.plugin_module_list)
-    return Deps(settings, Stores.open(connect(settings), settings), make_app(settings))
+    r, app = connect(settings), make_app(settings)
+    return Deps(settings, Stores.open(r, settings), app, Dispatcher(app, r))
 
 
 def deps() -> Deps:
@@ -149,4 +153,4 @@ def _pending_after(d: Deps, stage: Stage, session_id: str) -> Stage | None:
 
 def _send(d: Deps, stage: Stage | None, session_id: str) -> None:
     if stage is not None:
-        dispatch(d.app, stage, session_id)
+        d.dispatcher.send(stage, session_id)

@@ -6,10 +6,11 @@ holds a heartbeated lease while it runs (``pipeline/stores/leases.py``); the rea
 leases whose holder stopped renewing and dispatches their stage again. The redelivered task takes
 the stage's *recovery* path (``common.run_stage``): INIT and RUN end the session as ERROR with
 what was captured (an agent never runs twice), the other stages simply run again, and a stage
-that had finished only re-sends the next one. It also sends INIT for sessions whose submission
-was stored but never dispatched (an API that died in between), and callback deliveries that
-are overdue (a worker killed mid-POST, a lost retry). One pass at a time across all
-workers (a Redis lock); each pass costs O(what was lost), however many sessions are live.
+that had finished only re-sends the next one. Messages sent but never started -- a submission
+stored by an API that died before dispatching, a message a worker fetched and died with -- are
+sent again once their queue shows they are not waiting in it; overdue callback deliveries too.
+One pass at a time across all workers (a Redis lock); each pass costs O(what was lost), however
+many sessions are live. Every worker also sweeps leftover session directories on its host.
 """
 
 from __future__ import annotations
@@ -17,34 +18,57 @@ from __future__ import annotations
 import threading
 import time
 
-from pipeline.celery_app import dispatch, dispatch_callback
-from pipeline.status import SessionStatus, Stage
-from pipeline.stores.leases import take_expired, try_reaper_pass
+from pipeline.status import Stage
+from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
+from pipeline.stores.queues import queue_depths, queued
+from workers.runtimes.sweeper import sweep_local
 from workers.stages.common import Deps, deps, log
 
-UNDISPATCHED_GRACE_SECONDS = 10.0  # the API dispatches right after storing; this is a dead API
+# A message waits in its queue (or has just been fetched) this long before its absence from an
+# empty queue means it was lost; in a busy queue, the queue itself is searched after SCAN_AFTER.
+SENT_GRACE_SECONDS = 20.0
+SENT_SCAN_AFTER_SECONDS = 300.0
 CALLBACK_LATE_SECONDS = 15.0  # Celery's own retry fires when a delivery is due; later, it was lost
+
+
+def sweep(d: Deps) -> list[str]:
+    """This host's leftover session directories and processes (every worker, every pass)."""
+    return sweep_local(d.settings.runtime_root, d.stores.sessions.status)
 
 
 def reap_once(d: Deps) -> list[tuple[str, Stage]]:
     """One pass: returns the (session, stage) pairs it dispatched again."""
+    sweep(d)
     if not try_reaper_pass(d.stores.r, d.settings.reaper_interval_seconds):
         return []  # another worker's reaper has this round
     found: list[tuple[str, Stage]] = []
     for sid, stage in take_expired(d.stores.r):
         log.warning("reaper: %s of %s lost its worker; dispatching it again", stage.value, sid)
-        dispatch(d.app, stage, sid)
+        d.dispatcher.send(stage, sid)
         found.append((sid, stage))
-    sessions = d.stores.sessions
-    for sid in sessions.undispatched(UNDISPATCHED_GRACE_SECONDS):
-        if sessions.status(sid) == SessionStatus.REGISTERED:
-            log.warning("reaper: %s was stored but never dispatched; sending INIT", sid)
-            dispatch(d.app, Stage.INIT, sid)
-            found.append((sid, Stage.INIT))
-        sessions.mark_dispatched([sid])
+    found += _lost_messages(d)
     for task_id in d.stores.callbacks.due(CALLBACK_LATE_SECONDS):
         log.warning("reaper: the callback of task %s is overdue (its worker died?); sending it again", task_id)
-        dispatch_callback(d.app, task_id)
+        d.dispatcher.callback(task_id)
+    return found
+
+
+def _lost_messages(d: Deps) -> list[tuple[str, Stage]]:
+    r, now = d.stores.r, time.time()
+    overdue = sent_before(r, now - SENT_GRACE_SECONDS)
+    if not overdue:
+        return []
+    depth = queue_depths(r, {stage.queue for _, stage, _ in overdue})
+    found = []
+    for sid, stage, sent_at in overdue:
+        if depth[stage.queue]:
+            # A backlog: the message may be waiting in it. Look, but only for old ones.
+            if now - sent_at < SENT_SCAN_AFTER_SECONDS or queued(r, stage.queue, sid) is not False:
+                continue
+        log.warning("reaper: %s of %s was sent %.0fs ago and never started; sending it again", stage.value, sid,
+                    now - sent_at)
+        d.dispatcher.send(stage, sid)
+        found.append((sid, stage))
     return found
 
 
@@ -52,6 +76,10 @@ def start(interval: float | None = None) -> threading.Thread:
     def loop() -> None:
         d = deps()
         period = interval or d.settings.reaper_interval_seconds
+        try:
+            sweep(d)  # what a previous worker or stack on this host left behind
+        except Exception:
+            log.exception("sweeping at start failed")
         while True:
             time.sleep(period)
             try:

@@ -1,0 +1,93 @@
+"""Redis memory after N finished sessions (default 10,000), and what is left once raw records
+have expired.
+
+    .venv/bin/python bench/redis_memory.py [--sessions 10000] [--calls 3]
+
+Every session goes through all five stage bodies in this process (the ``memory`` runtime; an
+agent that makes ``--calls`` model calls through the proxy app in-process against the instant
+fake engine, each with a 2-message, ~150-byte request), so the keys are exactly what a real
+run leaves. Reports bytes per finished session with the results kept (24 h by default) and
+after the raw records' retention (1 h after publishing), plus any key without an expiry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2
+import openai
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra import fake_upstream  # noqa: E402
+from infra.embedded_redis import EmbeddedRedis  # noqa: E402
+from pipeline.schemas import TaskRequest  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
+from pipeline.status import Stage  # noqa: E402
+from proxy.app import create_app  # noqa: E402
+from proxy.upstream import WSGITransport  # noqa: E402
+from workers.runtimes.base import ExecResult  # noqa: E402
+from workers.runtimes.memory import BACKEND, MemoryRuntime  # noqa: E402
+from workers.stages.bodies import BODIES  # noqa: E402
+from workers.stages.common import make_deps, run_stage  # noqa: E402
+
+MSG = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--per-task", type=int, default=100)
+    args = ap.parse_args()
+    with EmbeddedRedis() as server:
+        settings = Settings(home=tempfile.mkdtemp(), redis_url=server.url, upstream_url="http://engine.test",
+                            proxy_url="http://proxy.test", inflight_drain_seconds=0, plugin_modules="workers.runtimes")
+        d = make_deps(settings)
+        proxy = create_app(settings, transport=WSGITransport(fake_upstream.app))
+
+        def agent(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+            sdk = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0,
+                                http_client=httpx2.Client(transport=httpx2.WSGITransport(app=proxy)))
+            for _ in range(args.calls):
+                sdk.chat.completions.create(model="fake", messages=MSG)
+            return ExecResult(0)
+
+        MemoryRuntime.commands["agent"] = agent
+        r = d.stores.r
+        base = int(r.info("memory")["used_memory"])
+        started = time.monotonic()
+        done = 0
+        while done < args.sessions:
+            n = min(args.per_task, args.sessions - done)
+            task = TaskRequest.model_validate({"instruction": "List the files and summarise them.", "num_samples": n,
+                                               "runtime": {"backend": BACKEND}, "agent": {"custom_shell": "agent"}})
+            for spec in d.stores.tasks.create(task):
+                for stage in Stage:
+                    run_stage(stage, spec.session_id, *BODIES[stage], d=d)
+                MemoryRuntime.live.pop(spec.session_id, None)
+            r.delete(*[q.value for q in Stage])  # the stage messages no worker consumes here
+            done += n
+            print(f"\r{done}/{args.sessions} sessions ({time.monotonic() - started:.0f}s)", end="", flush=True)
+        print()
+        kept = int(r.info("memory")["used_memory"]) - base
+        no_ttl = sorted({k.decode().split("{")[0] for k in r.scan_iter(count=1000) if r.ttl(k) == -1})
+        # What the raw records' retention removes (completion/error records, trajectories).
+        for pattern in ("polar:sess:*:completions", "polar:sess:*:errors", "polar:sess:*:trajectory"):
+            for k in r.scan_iter(match=pattern, count=1000):
+                r.delete(k)
+        after_records = int(r.info("memory")["used_memory"]) - base
+    print(f"{args.sessions} finished sessions, {args.calls} model calls each (2-message chat requests):")
+    print(f"  with results and raw records kept: {kept / 1e6:.1f} MB ({kept / args.sessions / 1024:.1f} KiB/session)")
+    print(f"  after the raw records expire:      {after_records / 1e6:.1f} MB "
+          f"({after_records / args.sessions / 1024:.1f} KiB/session; results go at POLAR_RESULT_TTL_SECONDS)")
+    print(f"  keys without an expiry (bounded, docs/architecture.md): {', '.join(no_ttl)}")
+
+
+if __name__ == "__main__":
+    main()

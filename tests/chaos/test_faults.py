@@ -1,0 +1,130 @@
+"""Faults injected mid-task into the supervised stack (see conftest.py for what each checks)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import redis
+
+from pipeline.status import Stage
+from pipeline.stores.leases import held_many
+from tests.chaos.conftest import finish_and_report, healthy, task
+from tests.support import wait_for
+from tests.support_http import Receiver
+
+# stage -> (task options that keep that stage busy for seconds, the status a busy session shows)
+STAGE_LOAD = {
+    "init": ({"prepare_sleep": 3}, "INITIALIZING"),
+    "run": ({"policy": "slow-model"}, "RUNNING"),
+    "postrun": ({"samples": 6}, "POSTRUN"),
+    "evaluate": ({"evaluate_sleep": 3}, "EVALUATING"),
+}
+
+
+def busy_within(client, task_id: str, status: str, seconds: float) -> bool:
+    """Wait until a session of the task shows ``status``; False if none did in time."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if client.status(task_id, results=False).counts.get(status):
+            return True
+        time.sleep(0.03)
+    return False
+
+
+def stage_running_within(stack, client, task_id: str, stage: Stage, seconds: float) -> bool:
+    """Wait until a worker holds the lease of ``stage`` for a session of the task (mid-stage);
+    False if none did in time (the fault then lands between stages)."""
+    r = redis.Redis.from_url(stack.settings.redis_url)
+    sids = [s.session_id for s in client.status(task_id, results=False).sessions]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any(held_many(r, [(sid, stage) for sid in sids])):
+            return True
+        time.sleep(0.005)
+    return False
+
+
+@pytest.mark.parametrize("stage", sorted(STAGE_LOAD))
+def test_a_stage_worker_killed_mid_task(chaos_stack, chaos_client, stage):
+    options, status = STAGE_LOAD[stage]
+    task_id = chaos_client.submit(task(**options))
+    busy_within(chaos_client, task_id, status, 60)
+    mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage(stage), 30)
+    name = f"worker-{stage}"
+    old = chaos_stack.pid(name)
+    faulted = time.monotonic()
+    chaos_stack.kill(name)
+    wait_for(lambda: chaos_stack.pid(name) not in (None, old), timeout=30)  # the supervisor restarts it
+    row = finish_and_report(chaos_stack, chaos_client, f"kill -9 {name}", task_id, faulted, mid, time.monotonic())
+    if stage in ("postrun", "evaluate"):
+        assert row["completed"] == row["submitted"], row  # Redis-only stages simply run again
+    else:
+        # a session whose INIT/RUN died ends as ERROR (its agent is never started twice)
+        assert row["completed"] >= 1 or mid, row
+
+
+def test_redis_killed_mid_task_comes_back_from_its_append_only_file(chaos_stack, chaos_client):
+    task_id = chaos_client.submit(task(policy="slow-model"))
+    mid = busy_within(chaos_client, task_id, "RUNNING", 60)
+    faulted = time.monotonic()
+    chaos_stack.kill("redis")
+    wait_for(lambda: healthy(chaos_stack.settings.api_url) and healthy(chaos_stack.settings.proxy_url), timeout=60)
+    back = time.monotonic()
+    assert chaos_client.status(task_id, results=False).total_sessions == 4  # the accepted task survived
+    after = chaos_client.submit(task(samples=2))  # and the stack takes new work
+    finish_and_report(chaos_stack, chaos_client, "kill -9 redis", task_id, faulted, mid, back)
+    finish_and_report(chaos_stack, chaos_client, "(task submitted after the Redis restart)", after, faulted, False,
+                      back)
+
+
+def test_proxy_killed_mid_call_then_pause_still_drains(chaos_stack, chaos_client):
+    admin = httpx.Client(base_url=chaos_stack.settings.proxy_url, timeout=60,
+                         headers={"x-polar-admin-token": chaos_stack.settings.secret("admin_token") or ""})
+    task_id = chaos_client.submit(task(policy="slow-model", samples=3))
+    mid = bool(wait_for(lambda: admin.get("/admin/status").json()["inflight"] >= 1, timeout=60, interval=0.05))
+    old = chaos_stack.pid("proxy")
+    faulted = time.monotonic()
+    chaos_stack.kill("proxy")
+    wait_for(lambda: chaos_stack.pid("proxy") not in (None, old) and healthy(chaos_stack.settings.proxy_url),
+             timeout=60)
+    back = time.monotonic()
+    try:
+        drained = admin.post("/admin/pause", params={"timeout_seconds": 20}).json()
+        assert drained["paused"] and drained["drained"], drained  # the dead proxy's calls lapsed
+    finally:
+        admin.post("/admin/resume")
+    finish_and_report(chaos_stack, chaos_client, "kill -9 proxy (call in flight)", task_id, faulted, mid, back)
+
+
+def test_callback_worker_killed_mid_post_and_a_receiver_that_fails_for_a_while(chaos_stack, chaos_client):
+    slow = Receiver(delay=4)  # the POST hangs while the callback worker is killed
+    flaky = Receiver(script=[503, 503, 503])  # then answers
+    try:
+        killed_task = chaos_client.submit(task(samples=2, callback_url=slow.url))
+        flaky_task = chaos_client.submit(task(samples=2, callback_url=flaky.url))
+        mid = bool(wait_for(lambda: slow.posts, timeout=120, interval=0.05))
+        old = chaos_stack.pid("worker-callback")
+        faulted = time.monotonic()
+        chaos_stack.kill("worker-callback")
+        wait_for(lambda: chaos_stack.pid("worker-callback") not in (None, old), timeout=30)
+        back = time.monotonic()
+        slow.delay = 0
+        for task_id, receiver, fault in ((killed_task, slow, "kill -9 worker-callback mid-POST"),
+                                         (flaky_task, flaky, "callback receiver answers 503 x3")):
+            finish_and_report(chaos_stack, chaos_client, fault, task_id, faulted, mid, back)
+            cb = wait_for(lambda t=task_id: (c := chaos_client.status(t).callback) and c["state"] == "delivered" and c,
+                          timeout=120, interval=0.5)
+            assert len(receiver.delivered_once()) == 1, receiver.posts  # once, as a deduplicating receiver sees it
+            assert cb["attempts"] >= 2
+    finally:
+        slow.close()
+        flaky.close()
+
+
+def test_every_session_of_a_fault_free_task_completes(chaos_stack, chaos_client):
+    """The baseline the faults are compared with."""
+    task_id = chaos_client.submit(task())
+    row = finish_and_report(chaos_stack, chaos_client, "(no fault)", task_id, time.monotonic(), False)
+    assert row["completed"] == row["submitted"], row
