@@ -1,7 +1,7 @@
 """A minimal coding agent: an OpenAI-SDK tool-calling loop with one `bash` tool.
 
 It knows nothing about polar-rollout: like any harness, it reads OPENAI_BASE_URL and
-OPENAI_API_KEY from the environment (the runtime points them at the proxy, with the session id
+OPENAI_API_KEY from the environment (the runtime points them at the proxy, with the session's key
 as the key). POLAR_AGENT_STREAM=1 makes it stream, accumulated by the SDK's own stream helper.
 
     python bash_agent.py "Create hello.txt containing 'hello world'"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,10 +22,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import httpx
+import redis
 
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
 from pipeline.settings import Settings
 from pipeline.stores.results_stream import ResultsStream, StreamEntry
+
+log = logging.getLogger("polar.client")
+RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 30.0
 
 
 class RolloutError(Exception):
@@ -102,15 +107,17 @@ class RolloutClient:
                 dedupe_window: int = 100_000) -> Iterator[Delivery]:
         """Yield results from the stream through a consumer group, forever or until
         ``stop_after`` seconds pass without a new result. Unacked entries of this consumer are
-        delivered first (restart), then entries idle in dead consumers, then new ones."""
+        delivered first (restart), then entries idle in dead consumers, then new ones. When Redis
+        goes away the iterator waits and reconnects with back-off (re-reading its own unacked
+        entries first: nothing is skipped) instead of ending."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
         from pipeline.stores.connection import connect
 
         stream = ResultsStream(connect(self.redis_url))
-        stream.ensure_group(group)
         seen: OrderedDict[str, None] = OrderedDict()
         idle_since = time.monotonic()
+        backoff = RECONNECT_FIRST_SECONDS
 
         def deliver(batch: list[StreamEntry]) -> Iterator[Delivery]:
             for e in batch:
@@ -122,15 +129,23 @@ class RolloutClient:
                     seen.popitem(last=False)
                 yield Delivery(e.entry_id, e.result, functools.partial(stream.ack, group, e.entry_id))
 
-        yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
-        yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms, count=1000))
         while True:
-            batch = stream.read(group, consumer, pending=False, count=count, block_ms=block_ms)
-            if batch:
-                idle_since = time.monotonic()
-                yield from deliver(batch)
-            elif stop_after is not None and time.monotonic() - idle_since > stop_after:
-                return
+            try:
+                stream.ensure_group(group)
+                yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
+                yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms, count=1000))
+                while True:
+                    batch = stream.read(group, consumer, pending=False, count=count, block_ms=block_ms)
+                    backoff = RECONNECT_FIRST_SECONDS
+                    if batch:
+                        idle_since = time.monotonic()
+                        yield from deliver(batch)
+                    elif stop_after is not None and time.monotonic() - idle_since > stop_after:
+                        return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("results stream unreachable (%s); reconnecting in %.1fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
 
 
     def lag(self, group: str) -> int | None:

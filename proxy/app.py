@@ -17,6 +17,7 @@ import redis
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import same_secret, session_of_key
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
@@ -267,12 +268,19 @@ def loggable(path: str) -> str:
     return f"/s/{session_of_key(key) or '<key>'}{sep}{rest}"
 
 
+MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never this deep
+
+
 def _json_body() -> Any:
     raw = request.get_data(cache=True)
     try:
-        return orjson.loads(raw)  # strict JSON: no NaN/Infinity, integers within 64 bits
-    except orjson.JSONDecodeError as exc:
+        # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
+        body = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError) as exc:
         raise BadRequest(f"malformed JSON body: {exc}") from None
+    if nesting_depth_exceeds(body, MAX_JSON_DEPTH):
+        raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    return body
 
 
 def _json(payload: Any, status: int = 200) -> Response:

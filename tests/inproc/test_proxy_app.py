@@ -166,3 +166,13 @@ def test_base_url_without_session_in_path_uses_the_api_key(proxy_app, redis_url)
                                         headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
     assert resp.status_code == 200 and resp.get_json()["type"] == "message"
     assert records(redis_url, key)[0][0]["provider"] == "anthropic"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("raw", [b'{"model": "fake", "messages": [{"role": "user", "content": "\\ud800"}]}',
+                                 b'{"contents": ' + b"[" * 300 + b"]" * 300 + b"}",
+                                 b"\xff\xfe not utf-8"])
+def test_invalid_unicode_and_deep_nesting_are_400_in_the_callers_format(proxy_app, redis_url, kind, raw):
+    key = running_session(redis_url)
+    resp = proxy_app.test_client().post(f"/s/{key}{PATHS[kind]}", data=raw, content_type="application/json")
+    assert resp.status_code == 400 and error_shape(kind, resp.get_json())

@@ -115,3 +115,18 @@ def _ok(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_hostile_bodies_get_4xx_and_the_servers_stay_up(fake_stack):
+    key = running_session(fake_stack.settings.redis_url)
+    proxy = fake_stack.settings.proxy_url
+    hostile = [b"{" * 5000, b'{"messages": [{"role": "user", "content": "\\udfff"}]}', b"\x00" * 1000,
+               b'{"model": 1e999}', b"[" + b"[]," * 100_000 + b"[]]"]
+    for raw in hostile:
+        for path in (f"/s/{key}/v1/chat/completions", f"/s/{key}/v1/messages", "/v1/responses",
+                     f"/s/{key}/v1beta/models/fake:generateContent"):
+            status = httpx.post(f"{proxy}{path}", content=raw, headers={"content-type": "application/json"},
+                                timeout=30).status_code
+            assert 400 <= status < 500, (path, raw[:40], status)
+    assert httpx.get(f"{proxy}/health", timeout=10).status_code == 200
+    assert call("chat", clients(fake_stack, key), "fake").choices[0].message.content == "ok"

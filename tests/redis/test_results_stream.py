@@ -59,3 +59,37 @@ def test_consumer_group_redelivers_unacked_and_dedupes(r, redis_url):
                                                      if s not in {x.result.session_id for x in first}]
     assert len(set(again)) == len(again)
     assert client.lag("g") == 0 and client.lag("nobody") is None
+
+
+def test_a_consumer_rides_out_a_redis_restart_and_loses_nothing(tmp_path):
+    """kill -9 the (persistent) Redis under a reading trainer: the iterator reconnects and
+    yields what was published before and after, each once."""
+    import redis as redis_lib
+
+    from infra.embedded_redis import EmbeddedRedis
+    from tests.support import wait_for
+
+    server = EmbeddedRedis(data_dir=tmp_path / "redis").start()
+    try:
+        stream = ResultsStream(redis_lib.Redis.from_url(server.url))
+        stream.publish_once(result("before"))
+        got: list[str] = []
+
+        def consume():
+            for item in RolloutClient("http://unused", redis_url=server.url).results(
+                    group="trainer", consumer="rank0", block_ms=200, stop_after=60):
+                got.append(item.result.session_id)
+                item.ack()
+                if len(got) == 2:
+                    return
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        wait_for(lambda: got == ["before"], timeout=10)
+        server.kill()
+        server.start()  # the same port, from its append-only file
+        ResultsStream(redis_lib.Redis.from_url(server.url)).publish_once(result("after"))
+        reader.join(timeout=60)
+        assert got == ["before", "after"]
+    finally:
+        server.stop()
