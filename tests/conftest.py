@@ -47,7 +47,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not rows:
         return
     cols = ["fault", "mid_stage", "submitted", "completed", "errored", "duplicates", "leaked_runtimes",
-            "component_back_s", "task_done_after_fault_s"]
+            "component_back_s", "task_done_after_fault_s", "callback_delivered_after_fault_s"]
     terminalreporter.section("chaos report")
     terminalreporter.write_line(" | ".join(cols))
     for row in rows:

@@ -89,7 +89,8 @@ def leaked(stack: Stack, session_ids: list[str]) -> int:
 
 
 def finish_and_report(stack: Stack, client: RolloutClient, fault: str, task_id: str, faulted_at: float,
-                      mid_stage: bool, recovered: float | None = None, timeout: float = 240) -> dict:
+                      mid_stage: bool, recovered: float | None = None, timeout: float = 240,
+                      callback: bool = False) -> dict:
     """Wait for the task to end; check and report what the fault did."""
     status = client.wait(task_id, timeout=timeout, poll_seconds=0.3)
     ended = time.monotonic()
@@ -105,6 +106,10 @@ def finish_and_report(stack: Stack, client: RolloutClient, fault: str, task_id: 
         "component_back_s": None if recovered is None else round(recovered - faulted_at, 1),
         "task_done_after_fault_s": round(ended - faulted_at, 1),
     }
+    if callback:  # when the task's callback was acknowledged, after the fault
+        wait_for(lambda: (c := client.status(task_id, results=False).callback) and c["state"] == "delivered",
+                 timeout=180, interval=0.2)
+        row["callback_delivered_after_fault_s"] = round(time.monotonic() - faulted_at, 1)
     with REPORT.open("a") as f:
         f.write(json.dumps(row) + "\n")
     assert row["on_stream"] == row["submitted"] == len(status.results), row  # every session, once
