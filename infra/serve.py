@@ -39,7 +39,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def run(app_path: str, bind: str, profile: str, **overrides: Any) -> None:
+def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) -> None:
     options = {**PROFILES[profile], "bind": bind, "accesslog": None, "errorlog": "-",
                "loglevel": "warning", "proc_name": f"polar-{profile}", **overrides}
     _App(app_path, options).run()

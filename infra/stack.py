@@ -11,11 +11,13 @@ any agent a local runtime left behind, so nothing keeps running after Ctrl-C.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ log = logging.getLogger("polar.stack")
 # (CPU): processes.
 STAGE_POOLS = {Stage.INIT: "threads", Stage.RUN: "threads", Stage.POSTRUN: "prefork",
                Stage.EVALUATE: "threads", Stage.CALLBACK: "threads"}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUATE: 4, Stage.CALLBACK: 4}
 RESTART_BACKOFF_MAX = 30.0
 STABLE_AFTER_SECONDS = 60.0  # a child that ran this long restarts without back-off next time
@@ -91,6 +94,10 @@ class Stack:
     def start(self, timeout: float = 120.0) -> "Stack":
         self.log_dir.mkdir(parents=True, exist_ok=True)
         s = with_tokens(self.settings)
+        if not s.upload_roots:  # what tasks may upload: the examples, and where the stack was started
+            s = s.replace(upload_roots=f"{EXAMPLES},{Path.cwd()}")
+        if not s.proxy_socket and "proxy" in self.config.components:
+            s = s.replace(proxy_socket=proxy_socket_path(s.home))
         try:
             if not s.redis_url:
                 data = self.settings.home / "redis" if self.config.persist_redis else None
@@ -294,6 +301,19 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def proxy_socket_path(home: Path) -> Path:
+    """Where the stack's proxy also listens (for runtimes without a network): a folder of its
+    own in POLAR_HOME (runtimes mount the folder), or under /tmp when that path would be too
+    long for a Unix socket (107 bytes)."""
+    path = home / "proxy" / "proxy.sock"
+    if len(str(path)) > 100:
+        digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"polar-proxy-{digest}" / "proxy.sock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o755)  # a container's non-root user must reach the socket; nothing else lives here
+    return path
 
 
 def _port(url: str) -> int:

@@ -13,7 +13,8 @@ configs too)::
      │    └── CaptureError        the engine answered without the ids capture needs
      ├── RuntimeBackendError      seam: runtimes                 (workers/runtimes)
      │    ├── RuntimeStartError   the backend could not create the environment
-     │    └── ExecError           a command could not be started (not: it exited non-zero)
+     │    ├── ExecError           a command could not be started (not: it exited non-zero)
+     │    └── PathRefused         a path would leave the session's filesystem
      ├── HarnessError             seam: harness adapters         (workers/harnesses)
      ├── EvaluationError          seam: evaluators               (workers/evaluators)
      ├── VerifyError              the verifier could not score   (proxy/verify.py)
@@ -70,6 +71,10 @@ class RuntimeStartError(RuntimeBackendError):
 
 
 class ExecError(RuntimeBackendError):
+    pass
+
+
+class PathRefused(RuntimeBackendError):
     pass
 
 

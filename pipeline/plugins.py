@@ -15,7 +15,20 @@ from __future__ import annotations
 
 RUNTIMES = {
     "local": "workers.runtimes.local:LocalRuntime",
+    "bwrap": "workers.runtimes.bwrap:BwrapRuntime",
+    "docker": "workers.runtimes.docker:DockerRuntime",
+    "apptainer": "workers.runtimes.apptainer:ApptainerRuntime",
 }
+# The RuntimeSpec fields each backend honours beyond env and prepare; a task that sets another
+# (to anything but its default) is refused at submit, naming the field -- never ignored.
+RUNTIME_FIELDS = {
+    "local": {"workdir"},
+    "bwrap": {"workdir", "network", "allow_internet"},
+    "docker": {"image", "workdir", "network", "allow_internet", "cpus", "memory_mb", "storage_mb", "gpus"},
+    "apptainer": {"image", "workdir", "network", "allow_internet", "cpus", "memory_mb", "gpus"},
+}
+# Backends that run a task image (and need one).
+IMAGE_BACKENDS = ("docker", "apptainer")
 HARNESSES = {
     "shell": "workers.harnesses.shell:ShellHarness",
 }
@@ -29,7 +42,7 @@ BUILDERS = {
 }
 
 PLANNED = {
-    "runtime backend": ("docker", "apptainer"),
+    "runtime backend": (),
     "harness": ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi"),
     "evaluator strategy": ("test_on_output", "swebench_harness"),
 }

@@ -30,7 +30,7 @@ ENV_PREFIX = "POLAR_"
 # the reference model server's own launch variables.
 NOT_SETTINGS = frozenset({"POLAR_SESSION_ID", "POLAR_TASK_ID", "POLAR_INSTRUCTION", "POLAR_MODEL",
                           "POLAR_SESSION_DIR", "POLAR_INSTRUCTION_FILE"})
-NOT_SETTINGS_PREFIXES = ("POLAR_REFSERVER_",)
+NOT_SETTINGS_PREFIXES = ("POLAR_REFSERVER_", "POLAR_TEST_")  # the model server's own; the test suite's
 
 
 def default_home() -> Path:
@@ -72,6 +72,17 @@ class Settings(BaseSettings):
     noise_rules: str = "anthropic_billing_header"
     noise_patterns: str | None = None
 
+    # Runtimes.
+    default_runtime_backend: str = "local"  # for tasks whose runtime names no backend
+    docker_host: str | None = None  # the docker (or podman) API socket; unset: DOCKER_HOST / the default
+    # The proxy also listens here (when set); runtimes without a network reach it through it.
+    proxy_socket: Path | None = None
+    # Host folders a task may upload from (prepare actions' src); nothing else on a worker host
+    # can be copied into a runtime. Comma-separated; `polar up` adds its working directory.
+    upload_roots: str = ""
+    apptainer_bin: str | None = None  # the apptainer CLI for the apptainer backend (default: on PATH)
+    tools_dir: Path | None = None  # harness tools mounted read-only at /polar/tools (default $POLAR_HOME/tools)
+
     # Pipeline behaviour.
     ready_capacity: int = Field(default=8, ge=1)
     # Kombu re-queues any message not acked within this many seconds, in *every* process on
@@ -111,6 +122,14 @@ class Settings(BaseSettings):
     @property
     def runtime_root(self) -> Path:
         return self.home / "runtimes"
+
+    @property
+    def upload_root_list(self) -> list[Path]:
+        return [Path(p.strip()).resolve() for p in self.upload_roots.split(",") if p.strip()]
+
+    @property
+    def tools_path(self) -> Path:
+        return self.tools_dir or self.home / "tools"
 
     @property
     def model_dir(self) -> Path:

@@ -52,3 +52,48 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(" | ".join(cols))
     for row in rows:
         terminalreporter.write_line(" | ".join(str(row.get(c)) for c in cols))
+
+
+TEST_IMAGE = os.environ.get("POLAR_TEST_IMAGE", "localhost/polar-test:bookworm")
+
+
+def _require_tool(name: str) -> None:
+    import shutil
+
+    if shutil.which(name) is None:
+        if os.environ.get("POLAR_TEST_REQUIRE_RUNTIMES"):
+            pytest.fail(f"{name} is required here (POLAR_TEST_REQUIRE_RUNTIMES) but not installed")
+        pytest.skip(f"{name} is not installed")
+
+
+@pytest.fixture(scope="session")
+def bwrap_available():
+    """The bwrap backend's tests need bubblewrap (skipped without, unless POLAR_TEST_REQUIRE_RUNTIMES)."""
+    _require_tool("bwrap")
+
+
+@pytest.fixture(scope="session")
+def docker_host(tmp_path_factory):
+    """podman's Docker-compatible API service, started for the test session (the docker runtime's
+    engine in tests). Builds the test image once if this host lacks it. Without podman the
+    docker tests are skipped -- unless POLAR_TEST_REQUIRE_RUNTIMES is set (CI), where that is a failure."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    _require_tool("podman")
+    root = Path(__file__).resolve().parents[1]
+    if subprocess.run(["podman", "image", "exists", TEST_IMAGE]).returncode != 0:
+        subprocess.run([str(root / "infra" / "images" / "build_test_image.sh")], check=True)
+    sock = tmp_path_factory.mktemp("podman") / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if time.monotonic() > deadline or service.poll() is not None:
+            service.kill()
+            pytest.fail("podman system service did not start")
+        time.sleep(0.05)
+    yield f"unix://{sock}"
+    service.terminate()
+    service.wait(timeout=30)

@@ -54,7 +54,10 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", type=int, default=None, help="Default: the port of POLAR_PROXY_URL.")
 @click.option("--workers", type=int, default=None, help="gunicorn worker processes (gevent).")
-def proxy(host: str, port: int | None, workers: int | None) -> None:
+@click.option("--socket", "socket_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also listen on this Unix socket (default: POLAR_PROXY_SOCKET): runtimes without a "
+                   "network reach the proxy through it.")
+def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | None) -> None:
     """Run the model-API proxy (gunicorn + gevent)."""
     from gevent import monkey
 
@@ -64,7 +67,12 @@ def proxy(host: str, port: int | None, workers: int | None) -> None:
     settings = Settings.from_env()
     settings.require_redis()
     _refuse_open_bind(host, settings.secret("admin_token"), "POLAR_ADMIN_TOKEN", "the proxy's /admin endpoints")
-    run("proxy.wsgi:app", f"{host}:{port or _port(settings.proxy_url)}", "proxy", workers=workers)
+    binds = [f"{host}:{port or _port(settings.proxy_url)}"]
+    socket_path = socket_path or settings.proxy_socket
+    if socket_path:
+        socket_path.parent.mkdir(parents=True, exist_ok=True)
+        binds.append(f"unix:{socket_path}")
+    run("proxy.wsgi:app", binds, "proxy", workers=workers)
 
 
 @cli.command()

@@ -62,6 +62,10 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
             click.echo(f"  {k:13} {v}")
         click.echo(f"  {'tokens':13} {tokens_file(stack.settings)} (API bearer token, proxy admin token, Flower "
                    "user:password, callback signing key; `polar` commands read it)")
+        click.echo(f"  {'uploads from':13} {stack.settings.upload_roots} (POLAR_UPLOAD_ROOTS)")
+        click.echo(f"  {'proxy socket':13} {stack.settings.proxy_socket} (runtimes without a network use it)")
+        click.echo(f"  {'runtime':13} {stack.settings.default_runtime_backend} by default "
+                   "(POLAR_DEFAULT_RUNTIME_BACKEND; a task may ask for another)")
         click.echo("ready; a service that dies is restarted; Ctrl-C stops everything")
         while True:
             time.sleep(1.0)

@@ -26,12 +26,13 @@ from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
 from pipeline.errors import TaskExists, TaskNotFound
 from pipeline.registry import allow_plugin_modules, plugin_allowed
-from pipeline.schemas import TaskRequest
+from pipeline.schemas import RuntimeSpec, TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import Stage
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from pipeline.stores.queues import queue_depths
+from pipeline.upload_policy import upload_problem
 
 log = logging.getLogger("polar.api")
 OPEN_PATHS = ("/health", "/openapi.json")
@@ -164,11 +165,15 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         raise ApiError(400, "invalid_request", f"request body nests deeper than {settings.max_json_depth} levels")
     try:
         task = TaskRequest.model_validate(data)
+        if task.runtime.backend is None:  # the operator's default, checked like a named one
+            runtime = RuntimeSpec.model_validate({**task.runtime.model_dump(),
+                                                  "backend": settings.default_runtime_backend})
+            task = task.model_copy(update={"runtime": runtime})
     except ValidationError as exc:
         fields = [{"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
                   for e in exc.errors()]
         raise _invalid(fields) from None
-    problems = _limits(task, settings) + _plugins(task)
+    problems = _limits(task, settings) + _plugins(task) + _uploads(task, settings)
     why = refusal(task.callback_url, settings) if task.callback_url else None
     if why:
         problems.append({"field": "callback_url", "message": why})
@@ -187,6 +192,17 @@ def _limits(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
                                                     f"{settings.max_task_instruction_bytes} bytes "
                                                     "(POLAR_MAX_TASK_INSTRUCTION_BYTES)"}]
     return []
+
+
+def _uploads(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
+    roots = settings.upload_root_list
+    out = []
+    for key in ("prepare", "eval_prepare"):
+        for i, action in enumerate(getattr(task.runtime, key) or []):
+            why = upload_problem(action.src, roots) if action.type != "exec" and action.src else None
+            if why:
+                out.append({"field": f"runtime.{key}.{i}.src", "message": f"{action.src!r} {why}"})
+    return out
 
 
 def _plugins(task: TaskRequest) -> list[dict[str, Any]]:

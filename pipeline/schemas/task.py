@@ -13,6 +13,7 @@ import uuid
 from typing import Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,6 +26,7 @@ from pydantic import (
 from pipeline import plugins
 from pipeline.credentials import new_session_id
 
+SESSION_MOUNT = "/polar/session"  # where the session directory appears inside every runtime
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # Task ids end up in URLs and Redis keys: printable, no slash, no whitespace.
 TASK_ID = re.compile(r"^[^\s/\\\x00-\x1f\x7f]{1,200}$")
@@ -53,40 +55,95 @@ def _known_name(field: str, known: tuple[str, ...], what: str) -> Any:
     return field_validator(field)(check)
 
 
+def runtime_path_problem(path: str) -> str | None:
+    """Why a path inside a runtime is unacceptable (NUL bytes, ``..`` components), else None.
+    Where it may point (e.g. only under the session directory for ``local``) is the backend's
+    check, at run time, against the real filesystem."""
+    if "\x00" in path:
+        return "must not contain NUL bytes"
+    if ".." in path.replace("\\", "/").split("/"):
+        return "must not contain '..' (paths stay inside the session's filesystem)"
+    return None
+
+
 class PrepareAction(_Spec):
-    """One INIT step inside the runtime."""
+    """One INIT step inside the runtime. Polar's field names are accepted too (``source`` /
+    ``target`` for ``src`` / ``dst``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     type: Literal["exec", "upload_file", "upload_dir"]
     command: str | None = None
-    src: str | None = None
-    dst: str | None = None
+    src: str | None = Field(default=None, validation_alias=AliasChoices("src", "source"))  # a path on the worker host
+    dst: str | None = Field(default=None, validation_alias=AliasChoices("dst", "target"))  # a path in the runtime
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: float | None = Field(default=None, gt=0)
+    max_attempts: StrictInt = Field(default=1, ge=1, le=10)  # exec: tries before the step fails
+    retry_backoff_seconds: float = Field(default=0.0, ge=0, le=60)  # exec: wait between tries
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> "PrepareAction":
         if self.type == "exec" and not self.command:
             raise ValueError("an 'exec' prepare action needs 'command'")
-        if self.type != "exec" and not (self.src and self.dst):
-            raise ValueError(f"an '{self.type}' prepare action needs 'src' and 'dst'")
+        if self.type != "exec":
+            if not (self.src and self.dst):
+                raise ValueError(f"an '{self.type}' prepare action needs 'src' and 'dst' (or 'source' and 'target')")
+            extras = [f for f in ("command", "cwd") if getattr(self, f)] + (["env"] if self.env else []) + (
+                ["max_attempts"] if self.max_attempts != 1 else []) + (
+                ["retry_backoff_seconds"] if self.retry_backoff_seconds else [])
+            if extras:
+                raise ValueError(f"an '{self.type}' prepare action takes no {', '.join(extras)}")
+        for name in ("dst", "cwd"):
+            value = getattr(self, name)
+            why = runtime_path_problem(value) if value else None
+            if why:
+                raise ValueError(f"{name} {value!r} {why}")
         return self
 
 
 class RuntimeSpec(_Spec):
-    backend: str = "local"
+    """Where a session runs. ``backend`` None means the service's default
+    (``POLAR_DEFAULT_RUNTIME_BACKEND``); the API fills it in at submit."""
+
+    backend: str | None = None
     image: str | None = None
     prepare: list[PrepareAction] = Field(default_factory=list)
     eval_prepare: list[PrepareAction] | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    network: str | None = None
+    network: str | None = None  # none | host | bridge | a network name (backends that have networks)
     workdir: str | None = None
     cpus: float | None = Field(default=None, gt=0)
     memory_mb: StrictInt | None = Field(default=None, gt=0)
+    storage_mb: StrictInt | None = Field(default=None, gt=0)
+    gpus: StrictInt = Field(default=0, ge=0)
     allow_internet: StrictBool = True
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     _known_backend = _known_name("backend", RUNTIME_BACKENDS, "runtime backend")
+
+    @model_validator(mode="after")
+    def _backend_can_honour(self) -> "RuntimeSpec":
+        if self.workdir and runtime_path_problem(self.workdir):
+            raise ValueError(f"workdir {self.workdir!r} {runtime_path_problem(self.workdir)}")
+        honoured = plugins.RUNTIME_FIELDS.get(self.backend or "")
+        if honoured is None:
+            return self  # the default backend (checked once filled in) or a plug-in: its own business
+        defaults: dict[str, Any] = {"image": None, "network": None, "workdir": None, "cpus": None, "memory_mb": None,
+                                    "storage_mb": None, "gpus": 0, "allow_internet": True, "kwargs": {}}
+        refused = [f for f, default in defaults.items() if getattr(self, f) != default and f not in honoured]
+        if refused:
+            raise ValueError(f"runtime backend {self.backend!r} cannot honour {', '.join(refused)}: "
+                             "choose a backend that can, or leave them out")
+        if self.backend in plugins.IMAGE_BACKENDS and not self.image:
+            raise ValueError(f"runtime backend {self.backend!r} needs an image")
+        if self.network not in (None, "none", "host") and self.backend == "bwrap":
+            raise ValueError("the bwrap backend's network is 'none' or 'host'")
+        if self.backend in ("local", "bwrap") and self.workdir and self.workdir.startswith("/") \
+                and not (self.workdir + "/").startswith(SESSION_MOUNT + "/"):
+            raise ValueError(f"workdir {self.workdir!r}: a {self.backend} runtime's absolute paths are under "
+                             f"{SESSION_MOUNT} (the session directory)")
+        return self
 
 
 class ShellCommand(_Spec):
@@ -161,6 +218,11 @@ class TaskRequest(_Spec):
     @classmethod
     def _null_evaluator(cls, v: Any) -> Any:
         return EvaluatorSpec() if v is None else v
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _null_runtime(cls, v: Any) -> Any:
+        return RuntimeSpec() if v is None else v  # Polar's "runtime: null": the default backend
 
     @field_validator("callback_url")
     @classmethod

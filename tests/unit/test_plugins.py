@@ -31,13 +31,38 @@ def test_every_catalogued_plugin_loads_and_implements_its_seam(registry, catalog
 
 
 def test_planned_names_are_accepted_at_submit_and_unavailable_at_run_time():
-    task = TaskRequest.model_validate({"instruction": "x", "agent": {"harness": "codex"},
-                                       "runtime": {"backend": "docker"}})
+    task = TaskRequest.model_validate({"instruction": "x", "agent": {"harness": "codex"}})
     assert task.agent.harness == "codex"
     with pytest.raises(HarnessError, match="not available"):
         harnesses.create("codex")
-    with pytest.raises(RuntimeBackendError, match="not available"):
-        runtimes.BACKENDS.resolve("docker")
+
+
+@pytest.mark.parametrize("runtime, field", [
+    ({"backend": "local", "image": "debian"}, "image"),
+    ({"backend": "local", "allow_internet": False}, "allow_internet"),
+    ({"backend": "local", "cpus": 2}, "cpus"),
+    ({"backend": "bwrap", "memory_mb": 512}, "memory_mb"),
+    ({"backend": "docker", "kwargs": {"volumes": {"/": "/host"}}}, "kwargs"),
+    ({"backend": "docker"}, "needs an image"),
+    ({"backend": "local", "workdir": "/etc"}, "/polar/session"),
+    ({"backend": "docker", "image": "x", "prepare": [{"type": "upload_file", "source": "/a", "target": "../../x"}]},
+     "'..'"),
+])
+def test_a_field_the_backend_cannot_honour_is_refused_at_submit(runtime, field):
+    with pytest.raises(ValueError, match=field):
+        TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}, "runtime": runtime})
+
+
+def test_polar_payload_fields_are_accepted():
+    task = TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}, "runtime": {
+        "backend": "docker", "image": "img", "network": "none", "allow_internet": False, "cpus": 1, "memory_mb": 256,
+        "storage_mb": 1024, "gpus": 0, "prepare": [
+            {"type": "upload_dir", "source": "/data/repo", "target": "/testbed"},
+            {"type": "exec", "command": "pip install -e .", "max_attempts": 3, "retry_backoff_seconds": 2}]}})
+    up, ex = task.runtime.prepare
+    assert (up.src, up.dst) == ("/data/repo", "/testbed") and (ex.max_attempts, ex.retry_backoff_seconds) == (3, 2)
+    assert TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"},
+                                       "runtime": None}).runtime.backend is None  # the service's default
 
 
 def test_unknown_names_are_refused_at_submit():

@@ -89,7 +89,7 @@ def test_stop_removes_everything(tmp_path):
 
 def test_unknown_backend_is_a_clear_error(tmp_path):
     with pytest.raises(runtimes.RuntimeBackendError, match="not available"):
-        runtimes.create(RuntimeSpec(backend="docker"), "s", tmp_path)
+        runtimes.BACKENDS.resolve("nope")
 
 
 def test_a_daemon_that_left_the_process_group_dies_with_the_session(rt, tmp_path):

@@ -17,6 +17,26 @@ from pipeline.schemas import RuntimeSpec
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside a runtime
 
 
+@dataclass(frozen=True)
+class RuntimeHost:
+    """What a backend needs of the worker's host (from the settings): where session directories
+    live, the container engine's API, the proxy's Unix socket (for runtimes without a network),
+    and the harness tools folder mounted read-only into containers."""
+
+    root: Path
+    docker_host: str | None = None
+    proxy_socket: Path | None = None
+    tools_dir: Path | None = None
+    task_id: str = ""  # whose session it is (container labels)
+    apptainer_bin: str | None = None
+
+    @classmethod
+    def of(cls, settings: Any, task_id: str = "") -> "RuntimeHost":
+        return cls(root=settings.runtime_root, docker_host=settings.docker_host,
+                   proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
+                   apptainer_bin=settings.apptainer_bin)
+
+
 @dataclass
 class ExecResult:
     exit_code: int | None  # None when killed (timeout / cancel)
@@ -53,12 +73,17 @@ class Runtime(Protocol):
     ) -> ExecResult:
         """Run ``command`` with bash; on timeout or cancel kill it and everything it started."""
 
-    def upload(self, src: str, dst: str) -> None: ...
+    def upload(self, src: str, dst: str) -> None:
+        """Copy a host file or folder to a runtime path (``paths.py``: checked to stay inside)."""
 
-    def download(self, src: str, dst: str) -> None: ...
+    def download(self, src: str, dst: str) -> None:
+        """Copy a runtime file or folder to a host path."""
 
     def cancel(self) -> None:
         """Kill whatever runs inside right now (callable from another process)."""
+
+    def reachable_url(self, url: str) -> str:
+        """How a service on the worker's host (the proxy) is reached from inside this runtime."""
 
 
 class RuntimeBackend(Protocol):
@@ -67,6 +92,6 @@ class RuntimeBackend(Protocol):
 
     backend: str
 
-    def create(self, spec: RuntimeSpec, session_id: str, runtime_root: Path) -> Runtime: ...
+    def create(self, spec: RuntimeSpec, session_id: str, host: RuntimeHost) -> Runtime: ...
 
     def attach(self, handle: dict[str, Any]) -> Runtime: ...

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import SESSION_MOUNT, ExecResult
+from workers.runtimes.base import ExecResult, RuntimeHost
+from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
 KILL_GRACE_SECONDS = 2.0
@@ -36,9 +37,9 @@ class LocalRuntime:
         }
 
     @classmethod
-    def create(cls, spec: Any, session_id: str, runtime_root: Path) -> "LocalRuntime":
-        root = (runtime_root / session_id).resolve()
-        workdir = _map(spec.workdir, root, root / "workspace") if spec.workdir else root / "workspace"
+    def create(cls, spec: Any, session_id: str, host: RuntimeHost) -> "LocalRuntime":
+        root = (host.root / session_id).resolve()
+        workdir = host_path(root, root / "workspace", spec.workdir) if spec.workdir else root / "workspace"
         return cls(root, workdir, dict(spec.env))
 
     @classmethod
@@ -78,11 +79,15 @@ class LocalRuntime:
             "PYTHONUNBUFFERED": "1",
         }
 
+    def argv(self, command: str, workdir: Path) -> list[str]:
+        """How a command is started (the bwrap backend wraps it in a sandbox)."""
+        return ["bash", "-c", command]
+
     def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
              timeout: float | None = None, should_cancel: Callable[[], bool] | None = None,
              log_name: str | None = None) -> ExecResult:
         full_env = {**self.base_env(), **self.env, **(env or {})}
-        workdir = _map(cwd, self.root, self.workdir) if cwd else self.workdir
+        workdir = host_path(self.root, self.workdir, cwd) if cwd else self.workdir
         name = log_name or f"exec-{time.time_ns()}"
         out_path, err_path = self.root / "logs" / f"{name}.stdout", self.root / "logs" / f"{name}.stderr"
         if (self.root / ".cancelled").exists():
@@ -90,7 +95,7 @@ class LocalRuntime:
         started = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
-                proc = subprocess.Popen(["bash", "-c", command], cwd=workdir, env=full_env,
+                proc = subprocess.Popen(self.argv(command, workdir), cwd=workdir, env=full_env,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         start_new_session=True)
             except OSError as exc:
@@ -127,21 +132,17 @@ class LocalRuntime:
     # --- files -------------------------------------------------------------------------------
 
     def upload(self, src: str, dst: str) -> None:
-        _copy(Path(src), _map(dst, self.root, self.workdir))
+        _copy(Path(src), host_path(self.root, self.workdir, dst))
 
     def download(self, src: str, dst: str) -> None:
-        _copy(_map(src, self.root, self.workdir), Path(dst))
+        _copy(host_path(self.root, self.workdir, src), Path(dst))
 
     def path(self, runtime_path: str) -> Path:
-        return _map(runtime_path, self.root, self.workdir)
+        """Where a runtime path is on this host (checked: it stays in the session directory)."""
+        return host_path(self.root, self.workdir, runtime_path)
 
-
-def _map(path: str, root: Path, workdir: Path) -> Path:
-    """Runtime paths: ``/polar/session/...`` is the session dir, relative paths the workdir."""
-    if path == SESSION_MOUNT or path.startswith(SESSION_MOUNT + "/"):
-        return root / path[len(SESSION_MOUNT):].lstrip("/")
-    p = Path(path)
-    return p if p.is_absolute() else workdir / p
+    def reachable_url(self, url: str) -> str:
+        return url  # same host, same network
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -149,7 +150,7 @@ def _copy(src: Path, dst: Path) -> None:
         raise FileNotFoundError(src)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        shutil.copytree(src, dst, dirs_exist_ok=True, symlinks=True)  # a link stays a link: never its target's content
     else:
         shutil.copy2(src, dst)
 

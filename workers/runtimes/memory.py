@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 
 from pipeline.errors import ExecError, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
-from workers.runtimes.base import SESSION_MOUNT, ExecResult
+from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost
 
 Handler = Callable[["MemoryRuntime", list[str], dict[str, str]], ExecResult]
 BACKEND = "workers.runtimes.memory:MemoryRuntime"
@@ -39,7 +39,7 @@ class MemoryRuntime:
         self.handle: dict[str, Any] = {"backend": self.backend, "session_id": session_id}
 
     @classmethod
-    def create(cls, spec: RuntimeSpec, session_id: str, runtime_root: Path) -> "MemoryRuntime":
+    def create(cls, spec: RuntimeSpec, session_id: str, host: RuntimeHost) -> "MemoryRuntime":
         runtime = cls(session_id, spec.workdir or f"{SESSION_MOUNT}/workspace", dict(spec.env))
         cls.live[session_id] = runtime
         return runtime
@@ -82,6 +82,9 @@ class MemoryRuntime:
             result = ExecResult(127, stderr=f"{argv[0] if argv else ''}: command not found")
         result.duration_seconds = time.monotonic() - started
         return result
+
+    def reachable_url(self, url: str) -> str:
+        return url
 
     def path(self, runtime_path: str) -> str:
         """A runtime path made absolute against the workdir; ``..`` may not leave the root."""

@@ -28,7 +28,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     try:
         if outcome != Outcome.CANCELLED:
             evaluator = evaluators.create(spec.evaluator.strategy, spec.evaluator.config)
-            env = {**harnesses.harness_env(d.settings.proxy_url, spec, state.key or ""), **spec.evaluator.env}
+            proxy = runtime.reachable_url(d.settings.proxy_url) if runtime else d.settings.proxy_url
+            env = {**harnesses.harness_env(proxy, spec, state.key or ""), **spec.evaluator.env}
             res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env))
             res.apply(trajectory)
             reward = res.outcome_reward

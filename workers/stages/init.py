@@ -4,26 +4,18 @@ setup, then park the session in READY. The session's time budget starts here."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from pipeline.errors import TransitionRefused
-from pipeline.schemas import PrepareAction
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
-from workers.runtimes import Runtime
 from workers.stages.common import Deps, Rerun, Skip, log
+from workers.stages.prepare import StepFailed, run_prepare
 
 SLOT_WAIT_POLL_SECONDS = 0.2
 READY_GRACE_SECONDS = 120  # a READY slot outlives the session budget by this much, then frees
-
-
-class StepFailed(Exception):
-    def __init__(self, outcome: Outcome, message: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -45,13 +37,15 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     d.stores.tasks.mark_running(spec.task_id)
     deadline = now + spec.timeout_seconds
     try:
-        runtime = runtimes.create(spec.runtime, sid, d.settings.runtime_root)
+        backend = spec.runtime.backend or d.settings.default_runtime_backend
+        runtime = runtimes.create(spec.runtime.model_copy(update={"backend": backend}), sid,
+                                  runtimes.RuntimeHost.of(d.settings, spec.task_id))
         d.stores.sessions.set(sid, runtime=runtime.handle)
         runtime.start()
         cancelled = lambda: d.stores.sessions.cancel_requested(sid)  # noqa: E731
-        for i, action in enumerate(spec.runtime.prepare):
-            _prepare(runtime, action, i, deadline, cancelled)
-        env = harnesses.harness_env(d.settings.proxy_url, spec, state.key or "")
+        run_prepare(runtime, spec.runtime.prepare, deadline=deadline, cancelled=cancelled,
+                    upload_roots=d.settings.upload_root_list)
+        env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
         harnesses.create(spec.agent.harness or "shell").setup(runtime, HarnessContext(spec, env))
         if cancelled():
             raise StepFailed(Outcome.CANCELLED, "cancelled during init")
@@ -81,26 +75,3 @@ def recover(d: Deps, state: SessionState) -> Stage | None:
     d.stores.ready.release(state.session_id)
     d.stores.sessions.transition(state.session_id, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
     return Stage.POSTRUN
-
-
-def _prepare(runtime: Runtime, action: PrepareAction, index: int, deadline: float, cancelled) -> None:
-    remaining = deadline - time.time()
-    if remaining <= 0:
-        raise StepFailed(Outcome.TIMEOUT, f"time budget used up before prepare[{index}]")
-    if action.type == "exec":
-        timeout = min(remaining, action.timeout_seconds or remaining)
-        res = runtime.exec(action.command or "", cwd=action.cwd, env=action.env, timeout=timeout,
-                           should_cancel=cancelled, log_name=f"prepare.{index:02d}")
-        if res.cancelled:
-            raise StepFailed(Outcome.CANCELLED, f"cancelled during prepare[{index}]")
-        if res.timed_out:
-            outcome = Outcome.TIMEOUT if timeout >= remaining else Outcome.ERROR
-            raise StepFailed(outcome, f"prepare[{index}] timed out after {timeout:.0f}s")
-        if res.exit_code != 0:
-            raise StepFailed(Outcome.ERROR, f"prepare[{index}] exited {res.exit_code}: {res.stderr[-500:]}")
-    else:
-        src = Path(action.src or "")
-        if not src.exists():
-            raise StepFailed(Outcome.ERROR, f"prepare[{index}]: {src} does not exist")
-        runtime.upload(str(src), action.dst or "")
-

@@ -40,7 +40,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     if remaining is None or remaining <= 0:
         return Outcome.TIMEOUT, "time budget used up before the agent ran", None
     runtime = runtimes.attach(state.runtime or {})
-    env = harnesses.harness_env(d.settings.proxy_url, spec, state.key or "")
+    env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
     res = runtime.exec(
         cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",

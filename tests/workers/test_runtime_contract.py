@@ -1,0 +1,320 @@
+"""The runtime contract, held by every backend that runs here: ``local``, ``bwrap`` (bubblewrap)
+and ``docker`` (through podman's Docker-compatible API, on the test image built offline).
+
+The same test body runs against each: isolated environment, exit codes and streams, logs on
+the host, timeouts and cancels that kill a command and everything it started, folder
+round-trips that keep links as links, paths that cannot climb out, teardown that leaves no
+process and no directory behind, and -- for the backends that have networks -- a runtime with no
+network that still reaches the proxy through its Unix socket.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import PathRefused
+from pipeline.schemas import RuntimeSpec
+from tests.conftest import TEST_IMAGE
+from tests.support import wait_for
+from workers import runtimes
+from workers.runtimes import RuntimeHost
+
+# apptainer runs wherever its CLI is on PATH (never on the machines this project is built on).
+BACKENDS = ["local", "bwrap", "docker", "apptainer"]
+NETWORKED = ["bwrap", "docker", "apptainer"]  # backends that can take the network away
+APPTAINER_IMAGE = os.environ.get("POLAR_TEST_APPTAINER_IMAGE", f"docker-daemon:{TEST_IMAGE}")
+
+
+@pytest.fixture
+def host(request, tmp_path):
+    """The worker-side host for the backend under test (podman's socket for ``docker``)."""
+    backend = request.node.callspec.params["backend"]
+    docker_host = None
+    if backend == "docker":
+        docker_host = request.getfixturevalue("docker_host")
+    elif backend == "bwrap":
+        request.getfixturevalue("bwrap_available")
+    elif backend == "apptainer" and shutil.which("apptainer") is None:
+        pytest.skip("apptainer is not on PATH (its command lines are tested in test_apptainer.py)")
+    return RuntimeHost(root=tmp_path / "sessions", docker_host=docker_host, task_id="contract")
+
+
+def spec_for(backend: str, **fields) -> RuntimeSpec:
+    image = {"docker": {"image": TEST_IMAGE}, "apptainer": {"image": APPTAINER_IMAGE}}.get(backend, {})
+    return RuntimeSpec(backend=backend, **image, **fields)
+
+
+@pytest.fixture
+def make(host):
+    made = []
+
+    def _make(backend: str, session_id: str = "sess-contract", **fields):
+        runtime = runtimes.create(spec_for(backend, **fields), session_id, host)
+        made.append(runtime)
+        runtime.start()
+        return runtime
+
+    yield _make
+    for runtime in made:
+        runtime.stop()
+
+
+def processes_running(marker: str) -> list[int]:
+    """Host pids (containers' processes are host processes too) whose command line is ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmdline == marker and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def unique_sleep() -> str:
+    return f"sleep {random.randint(100_000, 999_999)}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_environment_is_the_sessions_own(backend, make, monkeypatch):
+    monkeypatch.setenv("WORKER_SECRET", "leak")
+    rt = make(backend, env={"FROM_SPEC": "1"})
+    res = rt.exec('echo "$HOME|$FROM_SPEC|$EXTRA|${WORKER_SECRET:-none}|$PWD|$POLAR_SESSION_DIR"', env={"EXTRA": "x"})
+    home, spec, extra, secret, pwd, session = res.stdout.strip().split("|")
+    assert res.ok, res.stderr
+    assert (spec, extra, secret) == ("1", "x", "none")
+    assert home == f"{session}/home" and pwd == f"{session}/workspace"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exit_code_streams_and_logs_on_the_host(backend, make):
+    rt = make(backend)
+    res = rt.exec("echo out; echo err >&2; exit 3", log_name="step")
+    assert (res.exit_code, res.stdout.strip(), res.stderr.strip()) == (3, "out", "err")
+    assert Path(res.log_paths["stdout"]).read_text().strip() == "out"
+    assert Path(res.log_paths["stderr"]).name == "step.stderr"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cwd_is_a_runtime_path(backend, make):
+    rt = make(backend)
+    assert rt.exec("mkdir -p sub/dir").ok
+    assert rt.exec("pwd", cwd="sub/dir").stdout.strip().endswith("/workspace/sub/dir")
+    with pytest.raises(PathRefused):
+        rt.exec("pwd", cwd="../../..")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_timeout_kills_the_command_and_its_children(backend, make):
+    rt = make(backend)
+    marker = unique_sleep()
+    res = rt.exec(f"{marker} & {marker}", timeout=1.0)
+    assert res.timed_out and res.exit_code is None and not res.ok
+    wait_for(lambda: not processes_running(marker), timeout=10)
+    assert rt.exec("echo still-usable").stdout.strip() == "still-usable"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_from_another_process(backend, make):
+    rt = make(backend)
+    marker = unique_sleep()
+    code = ("import time; from workers import runtimes; time.sleep(1.0); "
+            f"runtimes.attach({rt.handle!r}).cancel()")
+    canceller = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2])
+    res = rt.exec(f"{marker} & {marker}", timeout=120)
+    assert canceller.wait(timeout=60) == 0
+    assert res.cancelled and not res.timed_out
+    wait_for(lambda: not processes_running(marker), timeout=10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_folder_round_trip_keeps_links_as_links(backend, make, tmp_path):
+    rt = make(backend)
+    src = tmp_path / "repo"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("x = 1\n")
+    (src / "README").write_text("hello\n")
+    (src / "link").symlink_to("/etc/hostname")  # a link out: must arrive as a link, not the file
+    rt.upload(str(src), "repo")
+    listing = rt.exec("cat repo/pkg/mod.py repo/README; readlink repo/link").stdout
+    assert listing == "x = 1\nhello\n/etc/hostname\n"
+    assert rt.exec("echo changed > repo/README").ok
+    out = tmp_path / "back"
+    rt.download("repo", str(out))
+    assert (out / "README").read_text() == "changed\n" and (out / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert (out / "link").is_symlink() and os.readlink(out / "link") == "/etc/hostname"
+    rt.upload(str(src / "README"), f"{runtimes.SESSION_MOUNT}/artifacts/one.txt")
+    rt.download(f"{runtimes.SESSION_MOUNT}/artifacts/one.txt", str(tmp_path / "one.txt"))
+    assert (tmp_path / "one.txt").read_text() == "hello\n"
+    with pytest.raises(FileNotFoundError):
+        rt.download("no-such-file", str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("path", ["../outside", "a/../../outside", "bad\0name"])
+def test_paths_cannot_climb_out(backend, path, make, tmp_path):
+    rt = make(backend)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PathRefused):
+        rt.upload(str(tmp_path / "f"), path)
+    with pytest.raises(PathRefused):
+        rt.download(path, str(tmp_path / "g"))
+
+
+@pytest.mark.parametrize("backend", ["local", "bwrap"])
+def test_host_backends_refuse_paths_outside_the_session(backend, make, tmp_path):
+    rt = make(backend)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PathRefused):
+        rt.upload(str(tmp_path / "f"), "/etc/polar-should-not-exist")
+    assert rt.exec(f"ln -s {tmp_path} escape").ok  # a link the agent made, pointing out
+    with pytest.raises(PathRefused):
+        rt.upload(str(tmp_path / "f"), "escape/f")
+    assert not (tmp_path / "f").with_name("g").exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stop_leaves_no_process_and_no_directory(backend, make, host):
+    rt = make(backend)
+    marker = unique_sleep()
+    res = rt.exec(f"setsid bash -c 'exec {marker}' < /dev/null > /dev/null 2>&1 &", timeout=30)
+    assert res.exit_code == 0
+    if backend == "bwrap":  # the sandbox's PID namespace ends with its command: the daemon too
+        wait_for(lambda: not processes_running(marker), timeout=10)
+    else:
+        wait_for(lambda: processes_running(marker), timeout=10)  # it left its command's group
+    rt.stop()
+    rt.stop()  # twice is fine
+    wait_for(lambda: not processes_running(marker), timeout=10)
+    assert not (host.root / "sess-contract").exists()
+
+
+@pytest.mark.parametrize("backend", NETWORKED)
+def test_without_a_network_only_the_proxy_is_reachable(backend, host, tmp_path):
+    """``network: none``: no interface but loopback, yet the proxy (an HTTP server on a Unix
+    socket here) answers at the URL the runtime is given -- also after it restarted with a new
+    socket file."""
+    sock_path = tmp_path / "proxy" / "proxy.sock"
+    sock_path.parent.mkdir()
+    server = unix_http_server(sock_path, "first")
+    host = RuntimeHost(root=host.root, docker_host=host.docker_host, proxy_socket=sock_path)
+    rt = runtimes.create(spec_for(backend, network="none"), "sess-isolated", host)
+    rt.start()
+    try:
+        url = rt.reachable_url("http://127.0.0.1:8123/v1/models")
+        fetch = f"python3 -c \"import urllib.request; print(urllib.request.urlopen('{url}', timeout=10).read().decode())\""
+        res = rt.exec(fetch, timeout=60)
+        assert res.ok and res.stdout.strip() == "first proxy says hello from /v1/models", res.stderr
+        interfaces = rt.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").stdout.split()
+        assert interfaces == ["lo"]
+        outside = "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\""
+        assert rt.exec(outside, timeout=30).exit_code not in (0, None)
+        server.shutdown()
+        server.server_close()
+        sock_path.unlink()
+        server = unix_http_server(sock_path, "restarted")
+        res = rt.exec(fetch, timeout=60)
+        assert res.ok and res.stdout.strip() == "restarted proxy says hello from /v1/models", res.stderr
+    finally:
+        rt.stop()
+        server.shutdown()
+
+
+@pytest.mark.parametrize("backend", NETWORKED)
+def test_the_proxy_socket_folder_must_hold_only_the_socket(backend, host, tmp_path):
+    sock_path = tmp_path / "proxy.sock"  # beside other files: mounting its folder would expose them
+    server = unix_http_server(sock_path, "x")
+    (tmp_path / "tokens.json").write_text("{}")
+    host = RuntimeHost(root=host.root, docker_host=host.docker_host, proxy_socket=sock_path)
+    try:
+        with pytest.raises(runtimes.RuntimeStartError, match="only the socket"):
+            runtimes.create(spec_for(backend, network="none"), "sess-iso2", host).start()
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("backend", NETWORKED)
+def test_no_internet_means_no_network(backend, host):
+    with pytest.raises(Exception, match="network|internet"):
+        rt = runtimes.create(spec_for(backend, allow_internet=False, network="host"), "sess-x", host)
+        rt.start()
+        rt.stop()
+
+
+@pytest.mark.parametrize("backend", ["docker"])
+def test_container_limits_and_labels(backend, make, host):
+    from workers.runtimes import docker as docker_runtime
+
+    rt = make(backend, cpus=0.5, memory_mb=256)
+    attrs = docker_runtime.client(host.docker_host).containers.get(rt.handle["container"]).attrs
+    assert attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert attrs["HostConfig"]["Memory"] == 256 * 1024 * 1024
+    labels = attrs["Config"]["Labels"]
+    assert labels["polar.project"] == "polar-rollout" and labels["polar.session"] == "sess-contract"
+    assert labels["polar.task"] == "contract"
+
+
+def unix_http_server(path: Path, name: str) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            body = f"{name} proxy says hello from {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    class UnixServer(ThreadingHTTPServer):
+        address_family = socket.AF_UNIX
+
+        def server_bind(self):
+            self.socket.bind(str(path))
+            self.server_address = str(path)
+            self.server_name, self.server_port = "proxy", 0
+
+    server = UnixServer(str(path), Handler)
+    os.chmod(path, 0o666)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("backend", ["docker"])
+def test_host_tools_are_mounted_read_only(backend, host, tmp_path):
+    """The harness tools folder (Node.js and the CLIs, installed on the host) is usable inside a
+    task image that has neither, and the agent cannot change it."""
+    tools = tmp_path / "tools"
+    (tools / "bin").mkdir(parents=True)
+    script = tools / "bin" / "polar-tool-probe"
+    script.write_text("#!/bin/sh\necho probe from the host tools\n")
+    script.chmod(0o755)
+    node = shutil.which("node")
+    if node:
+        shutil.copy2(node, tools / "bin" / "node")
+    host = RuntimeHost(root=host.root, docker_host=host.docker_host, tools_dir=tools)
+    rt = runtimes.create(spec_for(backend), "sess-tools", host)
+    rt.start()
+    try:
+        probe = rt.exec("polar-tool-probe")
+        assert probe.stdout.strip() == "probe from the host tools", probe
+        assert rt.exec("touch /polar/tools/bin/x").exit_code != 0
+        if node:
+            version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+            assert rt.exec("node --version").stdout.strip() == version
+    finally:
+        rt.stop()

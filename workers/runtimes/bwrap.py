@@ -1,0 +1,70 @@
+"""``bwrap``: the local runtime inside a bubblewrap sandbox (Debian's ``bubblewrap``; no root).
+
+Each command runs in its own sandbox: the host's filesystem read-only, the session directory
+writable, fresh PID/IPC/UTS namespaces with ``--die-with-parent``, so when the command ends or is
+killed, everything it started -- ``setsid`` daemons included -- ends with it (a background
+process does not outlive its step). ``network: none`` or ``allow_internet: false`` also unshares
+the network: the proxy is then reached through a relay to its Unix socket, bound into the sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import RuntimeStartError
+from workers.runtimes import relay
+from workers.runtimes.base import RuntimeHost
+from workers.runtimes.local import LocalRuntime
+
+
+class BwrapRuntime(LocalRuntime):
+    backend = "bwrap"
+
+    def __init__(self, root: Path, workdir: Path, env: dict[str, str], isolated: bool = False,
+                 proxy_socket: str | None = None) -> None:
+        super().__init__(root, workdir, env)
+        self.isolated = isolated
+        self.proxy_socket = proxy_socket
+        self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket)
+
+    @classmethod
+    def create(cls, spec: Any, session_id: str, host: RuntimeHost) -> "BwrapRuntime":
+        local = LocalRuntime.create(spec, session_id, host)
+        isolated = spec.network == "none" or not spec.allow_internet
+        return cls(local.root, local.workdir, local.env, isolated,
+                   str(host.proxy_socket) if host.proxy_socket else None)
+
+    @classmethod
+    def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
+        return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
+                   bool(handle.get("isolated")), handle.get("proxy_socket"))
+
+    def start(self) -> None:
+        if shutil.which("bwrap") is None:
+            raise RuntimeStartError("the bwrap backend needs bubblewrap on the worker host (apt install bubblewrap)")
+        if self.isolated:
+            relay.socket_folder(self.proxy_socket)  # refused early: no socket, or a folder with more in it
+        super().start()
+        if self.isolated:
+            relay.write_script(self.root)
+
+    def reachable_url(self, url: str) -> str:
+        return relay.relay_url(url) if self.isolated else url
+
+    def argv(self, command: str, workdir: Path) -> list[str]:
+        root = str(self.root)
+        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", root, root, "--chdir", str(workdir)]
+        if not self.isolated:
+            return [*args, "--", "bash", "-c", command]
+        folder, name = relay.socket_folder(self.proxy_socket)
+        script, mount = str(self.root / relay.SCRIPT_PATH), str(self.root / ".polar" / "proxy")
+        socket = f"{mount}/{name}"
+        # The relay lives in the sandbox's own network namespace, beside the command, which
+        # starts once it listens.
+        inner = (f"python3 {script} {relay.RELAY_PORT} {socket} & "
+                 f"for _ in $(seq 100); do (: > /dev/tcp/127.0.0.1/{relay.RELAY_PORT}) 2>/dev/null && break; "
+                 'sleep 0.05; done; exec bash -c "$0"')
+        return [*args, "--unshare-net", "--ro-bind", folder, mount, "--", "bash", "-c", inner, command]

@@ -1,0 +1,308 @@
+"""``docker``: a container per session from the task's image, through the Docker API (the
+``docker`` SDK; podman's Docker-compatible service works the same, and is what the tests use).
+
+The container idles (``sleep infinity``) and every command is a ``docker exec`` of ``bash -c``
+that first writes its process-group id, so a timeout or a cancel kills exactly that command and
+everything it started, while the container lives on for evaluation. The session directory on
+the host is bind-mounted at ``/polar/session`` (logs, artifacts, the instruction); the harness
+tools folder at ``/polar/tools`` read-only. Files move as tar archives. Limits: ``cpus``,
+``memory_mb``, ``storage_mb`` (where the storage driver supports it), ``gpus`` (device
+requests). Networks: ``host`` (the default with internet), ``bridge`` or a named network (the
+host is ``host.containers.internal`` / ``host.docker.internal``), ``none`` (the default without
+internet: the proxy is reached through a relay to its Unix socket). Every container is labelled
+(project, task, session, host folder) for the sweeper.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from pipeline.errors import ExecError, RuntimeStartError
+from pipeline.schemas import RuntimeSpec
+from workers.runtimes import relay
+from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost
+from workers.runtimes.paths import container_path
+
+PROJECT_LABEL = "polar.project"
+PROJECT = "polar-rollout"
+TOOLS_MOUNT = "/polar/tools"
+POLL_SECONDS = 0.1
+TAIL_BYTES = 64 * 1024
+SESSION_DIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")
+_clients: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def client(docker_host: str | None) -> Any:
+    """One Docker API client per host URL and process."""
+    import docker
+
+    key = f"{os.getpid()}|{docker_host or ''}"
+    with _lock:
+        if key not in _clients:
+            try:
+                _clients[key] = (docker.DockerClient(base_url=docker_host, timeout=120) if docker_host
+                                 else docker.from_env(timeout=120))
+            except docker.errors.DockerException as exc:
+                raise RuntimeStartError(f"cannot reach the container engine ({docker_host or 'DOCKER_HOST'}): {exc}") from exc
+        return _clients[key]
+
+
+class DockerRuntime:
+    backend = "docker"
+
+    def __init__(self, handle: dict[str, Any]) -> None:
+        self.handle = handle
+        self.root = Path(handle["root"])
+        self.name = handle["container"]
+        self.workdir = handle["workdir"]
+        self.isolated = handle["network"] == "none"
+
+    @classmethod
+    def create(cls, spec: RuntimeSpec, session_id: str, host: RuntimeHost) -> "DockerRuntime":
+        network = spec.network or ("host" if spec.allow_internet else "none")
+        if not spec.allow_internet and network != "none":
+            raise RuntimeStartError(f"allow_internet false needs network 'none' (the proxy is reached through a "
+                                    f"relay), not {network!r}")
+        return cls({
+            "backend": cls.backend, "session_id": session_id, "container": f"polar-{session_id}",
+            "root": str((host.root / session_id).resolve()), "workdir": spec.workdir or f"{SESSION_MOUNT}/workspace",
+            "image": spec.image, "network": network, "env": dict(spec.env), "docker_host": host.docker_host,
+            "proxy_socket": str(host.proxy_socket) if host.proxy_socket else None,
+            "tools_dir": str(host.tools_dir) if host.tools_dir and host.tools_dir.is_dir() else None,
+            "limits": {"cpus": spec.cpus, "memory_mb": spec.memory_mb, "storage_mb": spec.storage_mb,
+                       "gpus": spec.gpus},
+            "task_id": host.task_id,
+        })
+
+    @classmethod
+    def attach(cls, handle: dict[str, Any]) -> "DockerRuntime":
+        return cls(handle)
+
+    @property
+    def _docker(self) -> Any:
+        return client(self.handle.get("docker_host"))
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        import docker
+
+        for sub in SESSION_DIRS:
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        volumes = {str(self.root): {"bind": SESSION_MOUNT, "mode": "rw"}}
+        if self.handle.get("tools_dir"):
+            volumes[self.handle["tools_dir"]] = {"bind": TOOLS_MOUNT, "mode": "ro"}
+        if self.isolated:
+            folder, self._socket_name = relay.socket_folder(self.handle.get("proxy_socket"))
+            volumes[folder] = {"bind": relay.SOCKET_DIR_MOUNT, "mode": "ro"}  # connecting needs no write
+            relay.write_script(self.root)
+        try:
+            self._docker.containers.run(
+                self.handle["image"], entrypoint=["sleep", "infinity"], name=self.name, detach=True,
+                labels={PROJECT_LABEL: PROJECT, "polar.task": self.handle["task_id"],
+                        "polar.session": self.handle["session_id"], "polar.root": str(self.root.parent)},
+                environment=self._base_env(), network_mode=self.handle["network"], volumes=volumes,
+                **self._limits(docker))
+            self._run_quiet(["mkdir", "-p", self.workdir])
+        except docker.errors.ImageNotFound as exc:
+            raise RuntimeStartError(f"image {self.handle['image']!r} is not on this host: {exc.explanation}") from exc
+        except docker.errors.APIError as exc:
+            raise RuntimeStartError(f"the container engine refused the runtime: {exc.explanation or exc}") from exc
+        if self.isolated:
+            self._start_relay()
+
+    def _limits(self, docker: Any) -> dict[str, Any]:
+        limits, out = self.handle["limits"], {}
+        if limits.get("cpus"):
+            out["nano_cpus"] = int(limits["cpus"] * 1e9)
+        if limits.get("memory_mb"):
+            out["mem_limit"] = f"{limits['memory_mb']}m"
+        if limits.get("storage_mb"):
+            out["storage_opt"] = {"size": f"{limits['storage_mb']}m"}
+        if limits.get("gpus"):
+            if not Path("/dev/nvidiactl").exists():
+                raise RuntimeStartError(f"gpus={limits['gpus']} asked for, but this host has no NVIDIA GPU")
+            out["device_requests"] = [docker.types.DeviceRequest(count=limits["gpus"], capabilities=[["gpu"]])]
+        if self.handle["network"] not in ("host", "none") and not self._is_podman():
+            out["extra_hosts"] = {"host.docker.internal": "host-gateway"}
+        return out
+
+    def _is_podman(self) -> bool:
+        components = self._docker.version().get("Components") or []
+        return any("podman" in str(c.get("Name", "")).lower() for c in components)
+
+    def _start_relay(self) -> None:
+        script = f"{SESSION_MOUNT}/{relay.SCRIPT_PATH}"
+        self._docker.api.exec_start(self._docker.api.exec_create(
+            self.name, ["python3", script, str(relay.RELAY_PORT), f"{relay.SOCKET_DIR_MOUNT}/{self._socket_name}"]
+        )["Id"], detach=True)
+        deadline = time.monotonic() + 10
+        probe = (f"import socket; socket.create_connection(('127.0.0.1', {relay.RELAY_PORT}), 1).close()")
+        while self._run_quiet(["python3", "-c", probe]) != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeStartError("the proxy relay did not start (does the image have python3?)")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        import docker
+
+        try:
+            self._docker.containers.get(self.name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def cancel(self) -> None:
+        """Kill every process in the container but its idle init (from any process)."""
+        (self.root / ".cancelled").touch()
+        try:
+            self._run_quiet(["bash", "-c", "kill -KILL -1"])
+        except ExecError:
+            pass
+
+    def reachable_url(self, url: str) -> str:
+        if self.isolated:
+            return relay.relay_url(url)
+        if self.handle["network"] == "host":
+            return url
+        parts = urlsplit(url)
+        host = "host.containers.internal" if self._is_podman() else "host.docker.internal"
+        return urlunsplit((parts.scheme, f"{host}:{parts.port or 80}", parts.path, parts.query, parts.fragment))
+
+    # --- commands ----------------------------------------------------------------------------
+
+    def _base_env(self) -> dict[str, str]:
+        path = f"{TOOLS_MOUNT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        return {"HOME": f"{SESSION_MOUNT}/home", "TMPDIR": f"{SESSION_MOUNT}/tmp", "LANG": "C.UTF-8",
+                "PATH": path, "TERM": "dumb", "POLAR_SESSION_DIR": SESSION_MOUNT, "PYTHONUNBUFFERED": "1",
+                **self.handle.get("env", {})}
+
+    def _run_quiet(self, argv: list[str]) -> int:
+        api = self._docker.api
+        try:
+            exec_id = api.exec_create(self.name, argv)["Id"]
+            api.exec_start(exec_id)
+            return int(api.exec_inspect(exec_id)["ExitCode"] or 0)
+        except Exception as exc:  # the container is gone or the engine refused
+            raise ExecError(f"cannot run {argv[0]} in {self.name}: {exc}") from exc
+
+    def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+             timeout: float | None = None, should_cancel: Callable[[], bool] | None = None,
+             log_name: str | None = None) -> ExecResult:
+        if (self.root / ".cancelled").exists():
+            return ExecResult(None, cancelled=True)
+        name = log_name or f"exec-{time.time_ns()}"
+        out_path, err_path = self.root / "logs" / f"{name}.stdout", self.root / "logs" / f"{name}.stderr"
+        pgid_file = f"{SESSION_MOUNT}/.pids/{name}"
+        # The exec'd bash leads its own process group: record it, then become the command.
+        wrapper = 'echo $$ > "$POLAR_PGID_FILE"; exec bash -c "$POLAR_COMMAND"'
+        workdir = container_path(self.workdir, cwd) if cwd else self.workdir  # refused before anything runs
+        api = self._docker.api
+        try:
+            exec_id = api.exec_create(
+                self.name, ["bash", "-c", wrapper], workdir=workdir,
+                environment={**self._base_env(), **(env or {}), "POLAR_COMMAND": command,
+                             "POLAR_PGID_FILE": pgid_file})["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except Exception as exc:
+            raise ExecError(f"cannot start the command in {self.name}: {exc}") from exc
+        started = time.monotonic()
+        reader = threading.Thread(target=_drain, args=(stream, out_path, err_path), daemon=True)
+        reader.start()
+        timed_out = cancelled = False
+        while reader.is_alive():
+            elapsed = time.monotonic() - started
+            if timeout is not None and elapsed >= timeout:
+                timed_out = True
+            elif (self.root / ".cancelled").exists() or (should_cancel is not None and should_cancel()):
+                cancelled = True
+            if timed_out or cancelled:
+                self._kill_group(pgid_file)
+                break
+            reader.join(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
+        reader.join(timeout=10)
+        cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
+        code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
+        return ExecResult(exit_code=code, stdout=_tail(out_path), stderr=_tail(err_path), timed_out=timed_out,
+                          cancelled=cancelled, duration_seconds=time.monotonic() - started,
+                          log_paths={"stdout": str(out_path), "stderr": str(err_path)})
+
+    def _kill_group(self, pgid_file: str) -> None:
+        try:
+            self._run_quiet(["bash", "-c", f'kill -KILL -- -"$(cat {pgid_file})"'])
+        except ExecError:
+            pass
+
+    # --- files -------------------------------------------------------------------------------
+
+    def upload(self, src: str, dst: str) -> None:
+        target = container_path(self.workdir, dst)
+        parent, base = target.rsplit("/", 1) if target.rstrip("/") else ("/", "")
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                tar.add(src, arcname=base)  # links stay links (tarfile does not follow them)
+            buf.seek(0)
+            if self._run_quiet(["mkdir", "-p", parent or "/"]) != 0:
+                raise ExecError(f"cannot create {parent} in {self.name}")
+            if not self._docker.api.put_archive(self.name, parent or "/", buf.read()):
+                raise ExecError(f"the engine refused the upload to {target}")
+
+    def download(self, src: str, dst: str) -> None:
+        import docker
+
+        source = container_path(self.workdir, src)
+        try:
+            bits, stat = self._docker.api.get_archive(self.name, source)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(src) from None
+        data = io.BytesIO(b"".join(bits))
+        target = Path(dst)
+        with tarfile.open(fileobj=data) as tar, tempfile.TemporaryDirectory() as tmp:
+            tar.extractall(tmp, filter=_links_stay_links)
+            extracted = Path(tmp) / Path(stat["name"]).name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if extracted.is_dir():
+                shutil.copytree(extracted, target, dirs_exist_ok=True, symlinks=True)
+            else:
+                shutil.copy2(extracted, target)
+
+
+def _links_stay_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """``data`` extraction (no absolute names, no '..', no devices, no hard links out), except that a
+    symbolic link may point anywhere: it arrives as a link, like the host backends' copies, and
+    nothing is ever written through it (the ``tar`` filter checks each member's real path)."""
+    if member.issym():
+        return tarfile.tar_filter(member, dest)
+    return tarfile.data_filter(member, dest)
+
+
+def _drain(stream: Any, out_path: Path, err_path: Path) -> None:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            for stdout, stderr in stream:
+                if stdout:
+                    out.write(stdout)
+                if stderr:
+                    err.write(stderr)
+        except Exception:  # the connection broke with the command (killed): what came is kept
+            pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
