@@ -97,3 +97,13 @@ def docker_host(tmp_path_factory):
     yield f"unix://{sock}"
     service.terminate()
     service.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def engine(request):
+    """podman's Docker API for the docker runtime's end-to-end and chaos tests; None where podman is absent
+    (those tests skip, the rest of the suite runs)."""
+    try:
+        return request.getfixturevalue("docker_host")
+    except pytest.skip.Exception:
+        return None

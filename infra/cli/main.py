@@ -167,6 +167,8 @@ def cancel(task_id: str) -> None:
 
 def _register_subcommands() -> None:
     from infra.cli.model import model
+    from infra.cli.runtimes import runtimes
+    from infra.cli.tools import tools
     from infra.cli.up import demo, up
     from infra.cli.verify import verify
 
@@ -174,6 +176,8 @@ def _register_subcommands() -> None:
     cli.add_command(up)
     cli.add_command(demo)
     cli.add_command(model)
+    cli.add_command(runtimes)
+    cli.add_command(tools)
 
 
 _register_subcommands()

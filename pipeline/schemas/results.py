@@ -68,6 +68,9 @@ class SessionTiming(BaseModel):
     run_ended_at: float | None = None
     postrun_started_at: float | None = None
     postrun_ended_at: float | None = None
+    # The fresh evaluation runtime (evaluator.refresh_runtime), made while the agent runs.
+    eval_runtime_started_at: float | None = None
+    eval_runtime_ready_at: float | None = None
     evaluate_started_at: float | None = None
     evaluate_ended_at: float | None = None
     finished_at: float | None = None
@@ -85,6 +88,7 @@ class SessionTiming(BaseModel):
             "ready_wait": self._ms(self.ready_at, self.run_started_at),
             "run": self._ms(self.run_started_at, self.run_ended_at),
             "postrun": self._ms(self.postrun_started_at, self.postrun_ended_at),
+            "eval_runtime_warmup": self._ms(self.eval_runtime_started_at, self.eval_runtime_ready_at),
             "evaluate": self._ms(self.evaluate_started_at, self.evaluate_ended_at),
             "total": self._ms(self.registered_at, self.finished_at),
         }

@@ -48,6 +48,8 @@ class F(str, Enum):
     SEQ = "seq"  # model calls admitted so far (written by the begin-call script)
     KEY = "key"  # the session's secret proxy key (pipeline/credentials.py): for its runtime only
     KEY_DIGEST = "key_digest"  # SHA-256 of the key: what the proxy compares
+    EVAL_RUNTIME = "eval_runtime"  # handle of the fresh evaluation runtime (evaluator.refresh_runtime)
+    EVAL_RUNTIME_ERROR = "eval_runtime_error"  # why it could not be made ready
 
 
 def started_field(stage: Stage) -> str:
@@ -73,6 +75,8 @@ class SessionState:
     runtime: dict[str, Any] | None
     timing: SessionTiming
     key: str | None = field(default=None, repr=False)  # never logged
+    eval_runtime: dict[str, Any] | None = None
+    eval_runtime_error: str | None = None
     started: set[Stage] = field(default_factory=set)
     # stage -> where it sent the session (None: nowhere)
     done: dict[Stage, Stage | None] = field(default_factory=dict)
@@ -125,6 +129,8 @@ class SessionStore:
             runtime=json.loads(f[F.RUNTIME]) if f.get(F.RUNTIME) else None,
             timing=SessionTiming(**{k: float(f[k]) for k in TIMING_FIELDS if f.get(k)}),
             key=f.get(F.KEY),
+            eval_runtime=json.loads(f[F.EVAL_RUNTIME]) if f.get(F.EVAL_RUNTIME) else None,
+            eval_runtime_error=f.get(F.EVAL_RUNTIME_ERROR) or None,
             started={s for s in Stage if f.get(started_field(s))},
             done={s: (None if v == DONE_NOWHERE else Stage(v))
                   for s in Stage if (v := f.get(done_field(s)))},

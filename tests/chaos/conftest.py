@@ -33,10 +33,10 @@ REPORT = Path(os.environ.get("POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.json
 
 
 @pytest.fixture(scope="session")
-def chaos_stack(tmp_path_factory, model_dir):
+def chaos_stack(tmp_path_factory, model_dir, engine):
     REPORT.unlink(missing_ok=True)
     settings = Settings(home=tmp_path_factory.mktemp("chaos-home"), stage_lease_seconds=4, reaper_interval_seconds=1,
-                        call_lease_seconds=3, callback_attempts=6, ready_capacity=4)
+                        call_lease_seconds=3, callback_attempts=6, ready_capacity=4, docker_host=engine)
     config = StackConfig(settings=settings, model_dir=model_dir, persist_redis=True, flower_port=free_port(),
                          concurrency={Stage.RUN: 4},
                          policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
@@ -82,10 +82,22 @@ def tagged_processes(root: Path) -> list[int]:
     return out
 
 
+def containers_of(stack: Stack, session_ids: list[str]) -> list[str]:
+    """The containers (agent's and evaluation runtimes) the sessions' runtimes made, still there."""
+    if not stack.settings.docker_host:
+        return []
+    from workers.runtimes import docker
+
+    wanted = set(session_ids)
+    return [name for name, sid, _ in docker.session_containers(stack.settings.docker_host, stack.settings.runtime_root)
+            if sid in wanted]
+
+
 def leaked(stack: Stack, session_ids: list[str]) -> int:
-    """Runtime directories (and processes started in them) that outlived their session."""
+    """Runtime directories (and processes started in them) and containers that outlived their session."""
     roots = [stack.settings.runtime_root / sid for sid in session_ids]
-    return sum(1 for r in roots if r.exists()) + sum(len(tagged_processes(r.resolve())) for r in roots)
+    return (sum(1 for r in roots if r.exists()) + sum(len(tagged_processes(r.resolve())) for r in roots)
+            + len(containers_of(stack, session_ids)))
 
 
 def finish_and_report(stack: Stack, client: RolloutClient, fault: str, task_id: str, faulted_at: float,

@@ -10,7 +10,7 @@ import redis
 
 from pipeline.status import Stage
 from pipeline.stores.leases import held_many
-from tests.chaos.conftest import finish_and_report, healthy, task
+from tests.chaos.conftest import containers_of, finish_and_report, healthy, task
 from tests.support import wait_for
 from tests.support_http import Receiver
 
@@ -63,6 +63,33 @@ def test_a_stage_worker_killed_mid_task(chaos_stack, chaos_client, stage):
     else:
         # a session whose INIT/RUN died ends as ERROR (its agent is never started twice)
         assert row["completed"] >= 1 or mid, row
+
+
+def test_the_run_worker_killed_while_agents_run_in_containers(chaos_stack, chaos_client, engine):
+    """The agents run in podman containers, with a fresh evaluation container warming up beside
+    each: kill -9 the run worker mid-session. The containers outlive the worker (the engine owns
+    them); the recovery stops the agent, and nothing may be left once the sessions are over."""
+    if engine is None:
+        pytest.skip("podman is not installed")
+    from tests.conftest import TEST_IMAGE
+
+    t = task(policy="slow-model", samples=3)
+    t["runtime"].update(backend="docker", image=TEST_IMAGE,
+                        eval_prepare=[{"type": "exec", "command": "echo fresh > marker.txt"}])
+    t["evaluator"] = {"strategy": "command", "refresh_runtime": True,
+                      "config": {"command": "test \"$(cat marker.txt)\" = fresh"}}
+    task_id = chaos_client.submit(t)
+    busy_within(chaos_client, task_id, "RUNNING", 120)
+    mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage.RUN, 30)
+    sids = [s.session_id for s in chaos_client.status(task_id, results=False).sessions]
+    assert containers_of(chaos_stack, sids)  # what the dead worker will leave running
+    old = chaos_stack.pid("worker-run")
+    faulted = time.monotonic()
+    chaos_stack.kill("worker-run")
+    wait_for(lambda: chaos_stack.pid("worker-run") not in (None, old), timeout=30)
+    row = finish_and_report(chaos_stack, chaos_client, "kill -9 worker-run (docker runtimes)", task_id, faulted, mid,
+                            time.monotonic())
+    assert row["completed"] >= 1 or mid, row
 
 
 def test_redis_killed_mid_task_comes_back_from_its_append_only_file(chaos_stack, chaos_client):

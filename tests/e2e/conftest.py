@@ -24,11 +24,11 @@ RUN_SLOTS = 4
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory, model_dir):
+def stack(tmp_path_factory, model_dir, engine):
     home = tmp_path_factory.mktemp("polar-home")
     # Few run slots and a small READY buffer, so that backpressure is observable.
     settings = Settings(home=home, ready_capacity=RUN_SLOTS // 2, stage_lease_seconds=6,
-                        reaper_interval_seconds=2)
+                        reaper_interval_seconds=2, docker_host=engine)
     config = StackConfig(
         settings=settings, model_dir=model_dir, concurrency={Stage.RUN: RUN_SLOTS},
         policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),

@@ -41,6 +41,17 @@ def test_instance_start_binds_the_session_overlay_and_tools(tmp_path):
     assert argv[-2:] == ["docker://python:3.12", rt.instance]
 
 
+def test_the_tools_go_in_front_of_the_containers_own_path(tmp_path):
+    env = make(tmp_path).base_env()
+    assert env["APPTAINERENV_PREPEND_PATH"] == "/polar/tools/bin"  # apptainer keeps the host's PATH out
+    assert env["HOME"] == "/polar/session/home" and env["POLAR_SESSION_DIR"] == "/polar/session"
+    # No tools installed on this host: nothing bound, nothing prepended.
+    host = RuntimeHost(root=tmp_path / "sessions", tools_dir=tmp_path / "not-installed")
+    bare = runtimes.create(RuntimeSpec(backend="apptainer", image="docker://python:3.12"), "sess-bare", host)
+    assert "APPTAINERENV_PREPEND_PATH" not in bare.base_env()
+    assert not [a for a in bare.start_argv() if a.endswith(":/polar/tools:ro")]
+
+
 def test_no_internet_means_no_network_but_the_proxy_socket_folder(tmp_path):
     rt = make(tmp_path, allow_internet=False)
     argv = rt.start_argv()

@@ -101,23 +101,3 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_session(rt, tmp_path
     assert alive(daemon)  # it survived its command's process group
     rt.stop()
     wait_for(lambda: not alive(daemon), timeout=5)
-
-
-def test_the_sweeper_removes_what_dead_sessions_left(tmp_path, monkeypatch):
-    from pipeline.status import SessionStatus
-    from workers.runtimes import sweeper
-
-    monkeypatch.setattr(sweeper, "MIN_AGE_SECONDS", 0.0)
-    statuses = {"live": SessionStatus.RUNNING, "done": SessionStatus.COMPLETED}
-    runtimes_ = {}
-    for sid in ("live", "done", "gone"):
-        runtimes_[sid] = runtimes.create(RuntimeSpec(), sid, tmp_path)
-        runtimes_[sid].start()
-    pidfile = tmp_path / "orphan.pid"
-    runtimes_["gone"].exec(f"setsid bash -c 'echo $$ > {pidfile}; exec sleep 300' < /dev/null > /dev/null 2>&1 &")
-    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=5)
-    orphan = int(pidfile.read_text())
-    assert sorted(sweeper.sweep_local(tmp_path, statuses.get)) == ["done", "gone"]
-    assert (tmp_path / "live").is_dir() and not (tmp_path / "done").exists() and not (tmp_path / "gone").exists()
-    wait_for(lambda: not alive(orphan), timeout=5)
-    runtimes_["live"].stop()

@@ -203,6 +203,37 @@ def test_stop_leaves_no_process_and_no_directory(backend, make, host):
     assert not (host.root / "sess-contract").exists()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_sweeper_removes_what_sessions_that_are_over_left(backend, host):
+    """A worker killed mid-session, a stack lost: runtimes of sessions that ended or that Redis
+    no longer knows are removed with what they started; live ones (and their evaluation
+    runtimes) are not touched."""
+    from pipeline.status import SessionStatus
+    from workers.runtimes import sweeper
+
+    statuses = {"sess-live": SessionStatus.RUNNING, "sess-done": SessionStatus.COMPLETED}
+    made = {}
+    for name in ("sess-live", "sess-live.eval", "sess-done", "sess-gone", "sess-gone.eval"):
+        made[name] = runtimes.create(spec_for(backend), name, host)
+        made[name].start()
+    marker = unique_sleep()
+    made["sess-gone"].exec(f"setsid bash -c 'exec {marker}' < /dev/null > /dev/null 2>&1 &")
+    if backend != "bwrap":  # in a sandbox the daemon ended with its command already
+        wait_for(lambda: processes_running(marker), timeout=10)
+    try:
+        removed = sweeper.sweep(host, statuses.get, min_age=0)
+        gone = {"sess-done", "sess-gone", "sess-gone.eval"}
+        expected = sorted(gone) if backend != "docker" else sorted([f"polar-{n}" for n in gone] + list(gone))
+        assert sorted(removed) == expected
+        assert sorted(p.name for p in host.root.iterdir()) == ["sess-live", "sess-live.eval"]
+        wait_for(lambda: not processes_running(marker), timeout=10)
+        assert made["sess-live"].exec("echo alive").stdout.strip() == "alive"
+        assert sweeper.sweep(host, statuses.get, min_age=0) == []  # nothing twice
+    finally:
+        for rt in made.values():
+            rt.stop()
+
+
 @pytest.mark.parametrize("backend", NETWORKED)
 def test_without_a_network_only_the_proxy_is_reachable(backend, host, tmp_path):
     """``network: none``: no interface but loopback, yet the proxy (an HTTP server on a Unix
@@ -294,10 +325,11 @@ def unix_http_server(path: Path, name: str) -> ThreadingHTTPServer:
     return server
 
 
-@pytest.mark.parametrize("backend", ["docker"])
-def test_host_tools_are_mounted_read_only(backend, host, tmp_path):
-    """The harness tools folder (Node.js and the CLIs, installed on the host) is usable inside a
-    task image that has neither, and the agent cannot change it."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_tools_come_first_on_path_and_cannot_be_changed(backend, host, tmp_path):
+    """The harness tools folder (Node.js and the CLIs, installed on the host) is found first on
+    every backend's PATH -- inside a task image that has neither -- and, wherever the backend
+    isolates the filesystem, the agent cannot change it."""
     tools = tmp_path / "tools"
     (tools / "bin").mkdir(parents=True)
     script = tools / "bin" / "polar-tool-probe"
@@ -312,9 +344,14 @@ def test_host_tools_are_mounted_read_only(backend, host, tmp_path):
     try:
         probe = rt.exec("polar-tool-probe")
         assert probe.stdout.strip() == "probe from the host tools", probe
-        assert rt.exec("touch /polar/tools/bin/x").exit_code != 0
+        assert rt.exec("command -v polar-tool-probe").stdout.strip().endswith("/bin/polar-tool-probe")
+        if backend != "local":  # local is for trusted work: the host's folders are its own
+            assert rt.exec("touch \"$(dirname \"$(command -v polar-tool-probe)\")/x\"").exit_code != 0
+            assert not (tools / "bin" / "x").exists()
         if node:
             version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
             assert rt.exec("node --version").stdout.strip() == version
+            assert rt.exec("command -v node").stdout.strip() == (
+                str(tools / "bin" / "node") if backend in ("local", "bwrap") else "/polar/tools/bin/node")
     finally:
         rt.stop()

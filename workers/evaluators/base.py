@@ -22,8 +22,9 @@ class EvalContext:
     spec: SessionSpec
     outcome: Outcome
     trajectory: Trajectory
-    runtime: Runtime | None
+    runtime: Runtime | None  # where to grade: the agent's, or a fresh one (evaluator.refresh_runtime)
     env: dict[str, str] = field(default_factory=dict)
+    agent_runtime: Runtime | None = None  # with refresh_runtime: the agent's (to take its patch from)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pipeline.errors import PathRefused, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
 from pipeline.schemas.task import SESSION_MOUNT
 from workers.runtimes import relay
-from workers.runtimes.base import RuntimeHost
+from workers.runtimes.base import RuntimeHost, tools_folder
 from workers.runtimes.local import LocalRuntime
 from workers.runtimes.paths import container_path
 
@@ -60,6 +60,7 @@ class ApptainerRuntime(LocalRuntime):
 
     def __init__(self, handle: dict[str, Any]) -> None:
         super().__init__(Path(handle["root"]), Path(handle["root"]) / "workspace", dict(handle.get("env") or {}))
+        self.tools_dir = None  # on the host; inside, the tools are at TOOLS_MOUNT (see base_env)
         self.handle = handle
         self.instance = handle["instance"]
         self.container_workdir = handle["workdir"]
@@ -76,7 +77,7 @@ class ApptainerRuntime(LocalRuntime):
             "isolated": spec.network == "none" or not spec.allow_internet, "env": dict(spec.env),
             "gpus": spec.gpus, "cpus": spec.cpus, "memory_mb": spec.memory_mb,
             "proxy_socket": str(host.proxy_socket) if host.proxy_socket else None,
-            "tools_dir": str(host.tools_dir) if host.tools_dir and host.tools_dir.is_dir() else None,
+            "tools_dir": tools_folder(host),
             "apptainer": host.apptainer_bin or shutil.which("apptainer"),
         })
 
@@ -130,8 +131,10 @@ class ApptainerRuntime(LocalRuntime):
         return super().exec(f"cd {shlex.quote(pwd)} && {command}", **kw)
 
     def base_env(self) -> dict[str, str]:
+        # apptainer gives the container its own PATH, not the host's; the tools go in front of it.
+        tools = {"APPTAINERENV_PREPEND_PATH": f"{TOOLS_MOUNT}/bin"} if self.handle.get("tools_dir") else {}
         return {**super().base_env(), "HOME": f"{SESSION_MOUNT}/home", "TMPDIR": f"{SESSION_MOUNT}/tmp",
-                "POLAR_SESSION_DIR": SESSION_MOUNT}
+                "POLAR_SESSION_DIR": SESSION_MOUNT, **tools}
 
     def path(self, runtime_path: str) -> Path:
         """Files move through the session directory (a host folder); other container paths

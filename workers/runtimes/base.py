@@ -15,6 +15,12 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from pipeline.schemas import RuntimeSpec
 
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside a runtime
+EVAL_SUFFIX = ".eval"  # the evaluation runtime of session S (``refresh_runtime``) is named S.eval
+
+
+def owner_session(runtime_name: str) -> str:
+    """The session a runtime (directory or container) belongs to."""
+    return runtime_name.removesuffix(EVAL_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class RuntimeHost:
         return cls(root=settings.runtime_root, docker_host=settings.docker_host,
                    proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
                    apptainer_bin=settings.apptainer_bin)
+
+
+def tools_folder(host: RuntimeHost) -> str | None:
+    """The harness tools folder to give a runtime: only one that exists (``polar tools install``)."""
+    return str(host.tools_dir) if host.tools_dir and host.tools_dir.is_dir() else None
 
 
 @dataclass

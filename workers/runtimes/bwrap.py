@@ -23,8 +23,8 @@ class BwrapRuntime(LocalRuntime):
     backend = "bwrap"
 
     def __init__(self, root: Path, workdir: Path, env: dict[str, str], isolated: bool = False,
-                 proxy_socket: str | None = None) -> None:
-        super().__init__(root, workdir, env)
+                 proxy_socket: str | None = None, tools_dir: str | None = None) -> None:
+        super().__init__(root, workdir, env, tools_dir)
         self.isolated = isolated
         self.proxy_socket = proxy_socket
         self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket)
@@ -34,12 +34,12 @@ class BwrapRuntime(LocalRuntime):
         local = LocalRuntime.create(spec, session_id, host)
         isolated = spec.network == "none" or not spec.allow_internet
         return cls(local.root, local.workdir, local.env, isolated,
-                   str(host.proxy_socket) if host.proxy_socket else None)
+                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir)
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
         return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
-                   bool(handle.get("isolated")), handle.get("proxy_socket"))
+                   bool(handle.get("isolated")), handle.get("proxy_socket"), handle.get("tools_dir"))
 
     def start(self) -> None:
         if shutil.which("bwrap") is None:

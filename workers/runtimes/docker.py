@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pipeline.errors import ExecError, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
 from workers.runtimes import relay
-from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost
+from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost, owner_session, tools_folder
 from workers.runtimes.paths import container_path
 
 PROJECT_LABEL = "polar.project"
@@ -78,7 +78,7 @@ class DockerRuntime:
             "root": str((host.root / session_id).resolve()), "workdir": spec.workdir or f"{SESSION_MOUNT}/workspace",
             "image": spec.image, "network": network, "env": dict(spec.env), "docker_host": host.docker_host,
             "proxy_socket": str(host.proxy_socket) if host.proxy_socket else None,
-            "tools_dir": str(host.tools_dir) if host.tools_dir and host.tools_dir.is_dir() else None,
+            "tools_dir": tools_folder(host),
             "limits": {"cpus": spec.cpus, "memory_mb": spec.memory_mb, "storage_mb": spec.storage_mb,
                        "gpus": spec.gpus},
             "task_id": host.task_id,
@@ -107,15 +107,19 @@ class DockerRuntime:
             volumes[folder] = {"bind": relay.SOCKET_DIR_MOUNT, "mode": "ro"}  # connecting needs no write
             relay.write_script(self.root)
         try:
-            self._docker.containers.run(
+            # create + start, not run: run pulls a missing image, and a runtime never downloads
+            # (a missing image is the task's error, named, not a surprise pull mid-training).
+            self._docker.containers.create(
                 self.handle["image"], entrypoint=["sleep", "infinity"], name=self.name, detach=True,
                 labels={PROJECT_LABEL: PROJECT, "polar.task": self.handle["task_id"],
-                        "polar.session": self.handle["session_id"], "polar.root": str(self.root.parent)},
+                        "polar.session": owner_session(self.handle["session_id"]),
+                        "polar.root": str(self.root.parent), "polar.created": repr(time.time())},
                 environment=self._base_env(), network_mode=self.handle["network"], volumes=volumes,
-                **self._limits(docker))
+                **self._limits(docker)).start()
             self._run_quiet(["mkdir", "-p", self.workdir])
         except docker.errors.ImageNotFound as exc:
-            raise RuntimeStartError(f"image {self.handle['image']!r} is not on this host: {exc.explanation}") from exc
+            raise RuntimeStartError(f"image {self.handle['image']!r} is not on this host's container engine "
+                                    "(runtimes never pull: pull or load it on the worker host first)") from exc
         except docker.errors.APIError as exc:
             raise RuntimeStartError(f"the container engine refused the runtime: {exc.explanation or exc}") from exc
         if self.isolated:
@@ -275,6 +279,26 @@ class DockerRuntime:
                 shutil.copytree(extracted, target, dirs_exist_ok=True, symlinks=True)
             else:
                 shutil.copy2(extracted, target)
+
+
+def session_containers(docker_host: str | None, root: Path) -> list[tuple[str, str, float]]:
+    """(container, session, created) of every container this project made for sessions whose
+    directories live in ``root`` -- another stack's containers (another root) are not ours."""
+    found = []
+    for c in client(docker_host).containers.list(all=True, filters={"label": [
+            f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}):
+        labels = c.labels or {}
+        found.append((c.name, labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
+    return found
+
+
+def remove_container(docker_host: str | None, name: str) -> None:
+    import docker
+
+    try:
+        client(docker_host).containers.get(name).remove(force=True)
+    except docker.errors.NotFound:
+        pass
 
 
 def _links_stay_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:

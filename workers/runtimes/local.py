@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import ExecResult, RuntimeHost
+from workers.runtimes.base import ExecResult, RuntimeHost, tools_folder
 from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
@@ -28,23 +28,25 @@ TAIL_BYTES = 64 * 1024
 class LocalRuntime:
     backend = "local"
 
-    def __init__(self, root: Path, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, workdir: Path, env: dict[str, str], tools_dir: str | None = None) -> None:
         self.root = root
         self.workdir = workdir
         self.env = env
+        self.tools_dir = tools_dir
         self.handle: dict[str, Any] = {
-            "backend": self.backend, "root": str(root), "workdir": str(workdir), "env": env,
+            "backend": self.backend, "root": str(root), "workdir": str(workdir), "env": env, "tools_dir": tools_dir,
         }
 
     @classmethod
     def create(cls, spec: Any, session_id: str, host: RuntimeHost) -> "LocalRuntime":
         root = (host.root / session_id).resolve()
         workdir = host_path(root, root / "workspace", spec.workdir) if spec.workdir else root / "workspace"
-        return cls(root, workdir, dict(spec.env))
+        return cls(root, workdir, dict(spec.env), tools_folder(host))
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "LocalRuntime":
-        return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}))
+        return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
+                   handle.get("tools_dir"))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -72,7 +74,9 @@ class LocalRuntime:
 
     def base_env(self) -> dict[str, str]:
         # A clean environment (not the worker's): the runtime sees only what it is given.
-        path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
+        # The harness tools first (as in containers), then this Python's folder, then the worker's PATH.
+        tools = [os.path.join(self.tools_dir, "bin")] if self.tools_dir else []
+        path = os.pathsep.join([*tools, os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
         return {
             "PATH": path, "HOME": str(self.root / "home"), "TMPDIR": str(self.root / "tmp"),
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "POLAR_SESSION_DIR": str(self.root),

@@ -1,10 +1,12 @@
-"""EVALUATE: reward the trajectory with the session's evaluator (in its runtime), then tear the
-runtime down and store the terminal ``SessionResult`` for CALLBACK to publish."""
+"""EVALUATE: reward the trajectory with the session's evaluator -- in the agent's runtime, or in the
+fresh one made while the agent ran (``evaluator.refresh_runtime``, ``eval_runtime.py``) -- then
+tear both down and store the terminal ``SessionResult`` for CALLBACK to publish."""
 
 from __future__ import annotations
 
 import time
 
+from pipeline.errors import EvaluationError
 from pipeline.schemas import SessionResult, Trajectory
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
@@ -12,6 +14,7 @@ from pipeline.stores.sessions import SessionState
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
 from workers.stages.common import Deps, Skip, log
+from workers.stages.eval_runtime import eval_runtime_problem, teardown
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -23,14 +26,20 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     if d.stores.sessions.cancel_requested(sid):
         d.stores.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled")
     outcome = d.stores.sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")
-    runtime = runtimes.attach(state.runtime) if state.runtime else None
+    fresh = d.stores.sessions.get(sid) or state  # the evaluation runtime's hand-over is in it
+    agent_runtime = runtimes.attach(state.runtime) if state.runtime else None
+    refresh = spec.evaluator.refresh_runtime
+    runtime = (runtimes.attach(fresh.eval_runtime) if fresh.eval_runtime else None) if refresh else agent_runtime
     reward, evaluation, eval_error = None, {"strategy": spec.evaluator.strategy}, None
     try:
         if outcome != Outcome.CANCELLED:
+            if refresh and eval_runtime_problem(fresh):
+                raise EvaluationError(eval_runtime_problem(fresh) or "")
             evaluator = evaluators.create(spec.evaluator.strategy, spec.evaluator.config)
             proxy = runtime.reachable_url(d.settings.proxy_url) if runtime else d.settings.proxy_url
             env = {**harnesses.harness_env(proxy, spec, state.key or ""), **spec.evaluator.env}
-            res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env))
+            res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env,
+                                                 agent_runtime=agent_runtime if refresh else None))
             res.apply(trajectory)
             reward = res.outcome_reward
             evaluation.update(res.metadata, outcome_reward=reward, trace_rewards=res.trace_rewards)
@@ -38,8 +47,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         eval_error = f"evaluation failed: {exc}"
         log.warning("evaluate %s: %s", sid, eval_error)
     finally:
-        if runtime is not None:
-            _teardown(runtime, sid)
+        teardown(sid, state.runtime, fresh.eval_runtime)
     fresh = d.stores.sessions.get(sid) or state
     status = outcome.terminal_status()
     error = fresh.error
@@ -56,11 +64,3 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     d.stores.outputs.save_result(sid, result)
     d.stores.sessions.stamp(sid, "evaluate_ended_at")
     return Stage.CALLBACK
-
-
-def _teardown(runtime: runtimes.Runtime, sid: str) -> None:
-    try:
-        runtime.stop()
-    except Exception as exc:  # a leak is logged loudly; the result still goes out
-        log.error("evaluate %s: runtime teardown failed: %s", sid, exc)
-

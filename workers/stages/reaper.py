@@ -10,7 +10,7 @@ that had finished only re-sends the next one. Messages sent but never started --
 stored by an API that died before dispatching, a message a worker fetched and died with -- are
 sent again once their queue shows they are not waiting in it; overdue callback deliveries too.
 One pass at a time across all workers (a Redis lock); each pass costs O(what was lost), however
-many sessions are live. Every worker also sweeps leftover session directories on its host.
+many sessions are live. Every worker also sweeps leftover session directories and containers on its host.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pipeline.status import Stage
 from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
-from workers.runtimes.sweeper import sweep_local
+from workers.runtimes import RuntimeHost, sweeper
 from workers.stages.common import Deps, deps, log
 
 # A message waits in its queue (or has just been fetched) this long before its absence from an
@@ -32,8 +32,8 @@ CALLBACK_LATE_SECONDS = 15.0  # Celery's own retry fires when a delivery is due;
 
 
 def sweep(d: Deps) -> list[str]:
-    """This host's leftover session directories and processes (every worker, every pass)."""
-    return sweep_local(d.settings.runtime_root, d.stores.sessions.status)
+    """This host's leftover session directories, processes and containers (every worker, every pass)."""
+    return sweeper.sweep(RuntimeHost.of(d.settings), d.stores.sessions.status)
 
 
 def reap_once(d: Deps) -> list[tuple[str, Stage]]:

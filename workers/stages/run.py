@@ -13,6 +13,7 @@ from pipeline.stores.sessions import SessionState
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.stages.common import Deps, Skip, log
+from workers.stages.eval_runtime import Warmup
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -42,10 +43,15 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     runtime = runtimes.attach(state.runtime or {})
     env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
-    res = runtime.exec(
-        cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",
-        should_cancel=_cancel_check(d, sid, lease),
-    )
+    warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
+    try:
+        res = runtime.exec(
+            cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",
+            should_cancel=_cancel_check(d, sid, lease),
+        )
+    finally:
+        if warmup is not None:
+            warmup.wait()
     if res.timed_out:
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
     if res.cancelled:
