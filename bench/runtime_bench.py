@@ -11,7 +11,8 @@ starts its own `podman system service` on a temporary socket.
 2. The example agent (scripted policy: a 4 s model call, then a tool call and a last turn) in
    docker, with a slow INIT (container start + a 3 s prepare step), READY capacity = run slots:
    the fraction of the run slots' time spent running agents, over the window in which sessions
-   were still waiting to run (goal >= 95 %), and over the whole task (with the drain at the end).
+   were still waiting to run (goal >= 95 %), and over the whole task (with the drain at the end);
+   then the same with READY capacity 1, where INIT can prepare only one session ahead.
 """
 
 from __future__ import annotations
@@ -82,6 +83,33 @@ def busy_fraction(results: list, slots: int) -> tuple[float, float, float]:
     return busy(first, last_start), busy(first, last_end), last_start - first
 
 
+def busy_run(settings: Settings, model: Path, args: argparse.Namespace, capacity: int, kinds: dict | None = None):
+    """One stack with READY capacity ``capacity``; the start/stop figures first when asked."""
+    config = StackConfig(settings=settings.replace(ready_capacity=capacity), model_dir=model,
+                         concurrency={Stage.RUN: args.run_slots, Stage.INIT: args.run_slots},
+                         policies={"slow-model": str(ROOT / "tests" / "fixtures" / "slow_model_policy.json")})
+    with Stack(config) as stack:
+        host = RuntimeHost.of(stack.settings, task_id="bench")
+        for name, spec in (kinds or {}).items():
+            starts, stops = start_stop(host, spec, args.starts)
+            print(f"{name:>24} {pct(starts, .5):>7.0f} / {pct(starts, .9):<7.0f} {pct(stops, .5):>6.0f} / "
+                  f"{pct(stops, .9):<6.0f}")
+        client = RolloutClient.from_settings(stack.settings)
+        task = load_task_file(ROOT / "examples" / "demo_task.json")
+        task.update(task_id=f"busy-{uuid.uuid4().hex[:6]}", num_samples=args.sessions, timeout_seconds=300)
+        task["runtime"].update(backend="docker", image=IMAGE)
+        task["runtime"]["prepare"].append({"type": "exec", "command": f"sleep {args.prepare_seconds}"})
+        task["agent"]["model_name"] = "slow-model"
+        t0 = time.monotonic()
+        status = client.wait(client.submit(task), timeout=900)
+        wall = time.monotonic() - t0
+    ok = [r for r in status.results if r.timing.run_started_at and r.timing.run_ended_at]
+    fed, whole, window = busy_fraction(ok, args.run_slots)
+    runs = [r.timing.durations_ms["run"] / 1000 for r in ok]
+    inits = [r.timing.durations_ms["init"] / 1000 for r in ok]
+    return fed, whole, window, wall, statistics.median(inits), statistics.median(runs), status.counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--starts", type=int, default=10)
@@ -92,41 +120,24 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="polar-runtime-bench-"))
     service, docker_host = podman_service(home)
     try:
-        settings = Settings(home=home, docker_host=docker_host, ready_capacity=args.run_slots)
-        print(f"1. start -> ready and stop, ms (p50 / p90 of {args.starts - 1} runs after one warm-up):")
-        print(f"{'runtime':>24} {'start->ready':>16} {'stop':>14}")
+        settings = Settings(home=home, docker_host=docker_host)
+        model = build_tiny_model(home / "model")
         kinds = {"local": {"backend": "local"}, "bwrap": {"backend": "bwrap"},
                  "docker (host network)": {"backend": "docker", "image": IMAGE, "network": "host"},
                  "docker (no network)": {"backend": "docker", "image": IMAGE, "allow_internet": False}}
-        model = build_tiny_model(home / "model")
-        config = StackConfig(settings=settings, model_dir=model,
-                             concurrency={Stage.RUN: args.run_slots, Stage.INIT: args.run_slots},
-                             policies={"slow-model": str(ROOT / "tests" / "fixtures" / "slow_model_policy.json")})
-        with Stack(config) as stack:
-            host = RuntimeHost.of(stack.settings, task_id="bench")
-            for name, spec in kinds.items():
-                starts, stops = start_stop(host, spec, args.starts)
-                print(f"{name:>24} {pct(starts, .5):>7.0f} / {pct(starts, .9):<7.0f} {pct(stops, .5):>6.0f} / "
-                      f"{pct(stops, .9):<6.0f}")
-            client = RolloutClient.from_settings(stack.settings)
-            task = load_task_file(ROOT / "examples" / "demo_task.json")
-            task.update(task_id=f"busy-{uuid.uuid4().hex[:6]}", num_samples=args.sessions, timeout_seconds=300)
-            task["runtime"].update(backend="docker", image=IMAGE)
-            task["runtime"]["prepare"].append({"type": "exec", "command": f"sleep {args.prepare_seconds}"})
-            task["agent"]["model_name"] = "slow-model"
-            t0 = time.monotonic()
-            status = client.wait(client.submit(task), timeout=900)
-            wall = time.monotonic() - t0
-        ok = [r for r in status.results if r.timing.run_started_at and r.timing.run_ended_at]
-        fed, whole, window = busy_fraction(ok, args.run_slots)
-        runs = [r.timing.durations_ms["run"] / 1000 for r in ok]
-        inits = [r.timing.durations_ms["init"] / 1000 for r in ok]
-        print(f"\n2. {args.sessions} sessions of the example agent in docker, {args.run_slots} run slots, READY "
-              f"capacity {args.run_slots}; INIT = container start + {args.prepare_seconds:.0f} s prepare "
-              f"(p50 {statistics.median(inits):.1f} s), agent p50 {statistics.median(runs):.1f} s:")
-        print(f"   run slots busy while sessions waited to run ({window:.1f} s): {fed:.1%}")
-        print(f"   run slots busy over the whole run phase (with the drain): {whole:.1%}; task wall time "
-              f"{wall:.1f} s; {status.counts}")
+        print(f"1. start -> ready and stop, ms (p50 / p90 of {args.starts - 1} runs after one warm-up):")
+        print(f"{'runtime':>24} {'start->ready':>16} {'stop':>14}")
+        rows = {cap: busy_run(settings, model, args, cap, kinds if cap == args.run_slots else None)
+                for cap in (args.run_slots, 1)}
+        _, _, _, _, init, run, _ = rows[args.run_slots]
+        print(f"\n2. {args.sessions} sessions of the example agent in docker, {args.run_slots} run slots; INIT = "
+              f"container start + {args.prepare_seconds:.0f} s prepare (p50 {init:.1f} s), agent p50 {run:.1f} s.")
+        print("   Run slots' time spent running agents, while sessions waited to run / over the whole run phase:")
+        for cap, (fed, whole, window, wall, _, _, counts) in rows.items():
+            print(f"   READY capacity {cap}: {fed:.1%} over {window:.1f} s / {whole:.1%}; task wall time {wall:.1f} s; "
+                  f"{counts}")
+        (fed_a, *_), (fed_b, *_) = rows[args.run_slots], rows[1]
+        print(f"   READY capacity >= run slots keeps them {fed_a / fed_b:.2f}x as busy as capacity 1")
     finally:
         service.terminate()
         service.wait(timeout=30)

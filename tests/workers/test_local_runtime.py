@@ -94,7 +94,8 @@ def test_unknown_backend_is_a_clear_error(tmp_path):
 
 def test_a_daemon_that_left_the_process_group_dies_with_the_session(rt, tmp_path):
     pidfile = tmp_path / "daemon.pid"
-    res = rt.exec(f"setsid bash -c 'echo $$ > {pidfile}; exec sleep 300' < /dev/null > /dev/null 2>&1 &", timeout=30)
+    res = rt.exec(f"setsid bash -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 300' "
+                  f"< /dev/null > /dev/null 2>&1 & until [ -e {pidfile} ]; do sleep 0.01; done", timeout=30)
     assert res.exit_code == 0
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=5)
     daemon = int(pidfile.read_text())

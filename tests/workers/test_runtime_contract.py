@@ -89,6 +89,13 @@ def unique_sleep() -> str:
     return f"sleep {random.randint(100_000, 999_999)}"
 
 
+def daemonize(command: str) -> str:
+    """A shell line that starts ``command`` as a daemon in its own session (``setsid``) and
+    returns only once it has left the command's process group -- as an agent's server would."""
+    return (f"rm -f .daemon-up; setsid bash -c 'touch .daemon-up; exec {command}' < /dev/null > /dev/null 2>&1 & "
+            "until [ -e .daemon-up ]; do sleep 0.01; done")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_environment_is_the_sessions_own(backend, make, monkeypatch):
     monkeypatch.setenv("WORKER_SECRET", "leak")
@@ -191,7 +198,7 @@ def test_host_backends_refuse_paths_outside_the_session(backend, make, tmp_path)
 def test_stop_leaves_no_process_and_no_directory(backend, make, host):
     rt = make(backend)
     marker = unique_sleep()
-    res = rt.exec(f"setsid bash -c 'exec {marker}' < /dev/null > /dev/null 2>&1 &", timeout=30)
+    res = rt.exec(daemonize(marker), timeout=30)
     assert res.exit_code == 0
     if backend == "bwrap":  # the sandbox's PID namespace ends with its command: the daemon too
         wait_for(lambda: not processes_running(marker), timeout=10)
@@ -217,7 +224,7 @@ def test_the_sweeper_removes_what_sessions_that_are_over_left(backend, host):
         made[name] = runtimes.create(spec_for(backend), name, host)
         made[name].start()
     marker = unique_sleep()
-    made["sess-gone"].exec(f"setsid bash -c 'exec {marker}' < /dev/null > /dev/null 2>&1 &")
+    made["sess-gone"].exec(daemonize(marker))
     if backend != "bwrap":  # in a sandbox the daemon ended with its command already
         wait_for(lambda: processes_running(marker), timeout=10)
     try:
@@ -297,6 +304,28 @@ def test_container_limits_and_labels(backend, make, host):
     labels = attrs["Config"]["Labels"]
     assert labels["polar.project"] == "polar-rollout" and labels["polar.session"] == "sess-contract"
     assert labels["polar.task"] == "contract"
+
+
+@pytest.mark.parametrize("backend", ["docker"])
+def test_limits_the_host_cannot_give_are_a_clear_error_and_leave_nothing(backend, make, host):
+    """``gpus`` on a host without a GPU, ``storage_mb`` where the storage driver cannot cap a
+    container (overlay without xfs project quotas, as here): the engine is asked (or not) and
+    the session gets an error saying why -- never a container running without the limit."""
+    from workers.runtimes import docker as docker_runtime
+
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this host has an NVIDIA GPU")
+    with pytest.raises(runtimes.RuntimeStartError, match="no NVIDIA GPU"):
+        make(backend, gpus=1)
+    try:
+        rt = make(backend, session_id="sess-storage", storage_mb=512)
+    except runtimes.RuntimeStartError as exc:
+        assert "storage" in str(exc)
+        running = {sid for _, sid, _ in docker_runtime.session_containers(host.docker_host, host.root)}
+        assert not running, running  # neither refusal left a container behind
+    else:  # a driver that caps it: the cap is on the container
+        attrs = docker_runtime.client(host.docker_host).containers.get(rt.handle["container"]).attrs
+        assert attrs["HostConfig"]["StorageOpt"] == {"size": "512m"}
 
 
 def unix_http_server(path: Path, name: str) -> ThreadingHTTPServer:

@@ -117,8 +117,10 @@ class LocalRuntime:
                     if timed_out or cancelled:
                         _terminate_group(proc)
                         break
-                    time.sleep(POLL_SECONDS if timeout is None else
-                               max(0.0, min(POLL_SECONDS, timeout - elapsed)))
+                    try:  # returns as soon as the command ends (a sleep would add up to a poll per command)
+                        proc.wait(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
+                    except subprocess.TimeoutExpired:
+                        pass
                 # Killed from another process (``cancel``) before this loop saw the marker.
                 cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
             finally:
