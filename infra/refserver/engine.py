@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from .history import parse_tool_call_arguments
+
 # vLLM treats temperatures below this as greedy.
 _GREEDY_EPS = 1e-5
 
@@ -99,6 +101,9 @@ class ModelEngine:
             raise ChatTemplateError(f"chat_template_kwargs may not set {', '.join(bad)}")
         if self.chat_template is not None:
             extra["chat_template"] = self.chat_template
+        # As vLLM does before every chat rendering: tool-call argument strings become objects, so
+        # the template re-serialises them (ToolArgumentsError, a ValueError, for invalid JSON).
+        messages = parse_tool_call_arguments(messages)
         try:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=tools, add_generation_prompt=add_generation_prompt,
