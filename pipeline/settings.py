@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError
@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     # When set, the proxy sends this model name upstream instead of the harness's.
     upstream_model: str | None = None
     upstream_timeout_seconds: float = Field(default=3600.0, gt=0)
+    # The engine's context length (prompt + output tokens). Unset: what the engine's /v1/models
+    # card says (max_model_len, on vLLM and SGLang), learnt when a call first overflows it.
+    upstream_context_length: int | None = Field(default=None, gt=0)
+    # A call whose prompt + requested output exceeds the context: "clamp" lowers its output limit
+    # to fit, "refuse" answers the API's own context-overflow error (proxy/context_limits.py).
+    context_overflow: Literal["clamp", "refuse"] = "clamp"
     policy_version: str | None = None
     # A streamed call whose engine answer takes longer than this starts its stream early and
     # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
@@ -82,6 +88,11 @@ class Settings(BaseSettings):
     upload_roots: str = ""
     apptainer_bin: str | None = None  # the apptainer CLI for the apptainer backend (default: on PATH)
     tools_dir: Path | None = None  # harness tools mounted read-only at /polar/tools (default $POLAR_HOME/tools)
+    # What a session leaves for humans (agent output, step logs, harness transcripts), kept
+    # after teardown in $POLAR_HOME/artifacts/<task>/<session>/ (workers/stages/artifacts.py).
+    keep_artifacts: bool = True
+    artifacts_max_mb: int = Field(default=200, ge=1)
+    artifacts_keep_days: float = Field(default=7.0, gt=0)
 
     # Pipeline behaviour.
     ready_capacity: int = Field(default=8, ge=1)

@@ -17,7 +17,7 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
                  original: dict[str, Any], normalized: dict[str, Any], upstream: dict[str, Any],
                  response_message: dict[str, Any], started_at: float, finished_at: float,
                  latency_ms: float, upstream_url: str, policy_version: str | None,
-                 normalizations: list[str] | None = None) -> bytes:
+                 normalizations: list[str] | None = None, requested_max_tokens: int | None = None) -> bytes:
     slim = {k: v for k, v in upstream.items() if k not in _BULKY}
     slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
                        for c in upstream.get("choices") or []]
@@ -46,6 +46,10 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
         "normalized_request": normalized,
         "upstream_response": slim,
         "normalizations": normalizations or [],
+        # The output limit the harness asked for and the one sent: they differ when the call was
+        # fitted into the engine's context (proxy/context_limits.py).
+        "requested_max_tokens": requested_max_tokens,
+        "sent_max_tokens": normalized.get("max_tokens"),
     })
 
 

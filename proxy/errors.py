@@ -3,7 +3,8 @@
     ProxyError                      status  code
      ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
      │    ├── PayloadTooLarge        413
-     │    └── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
+     │    ├── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
+     │    └── ContextOverflow        400    context_length_exceeded: the prompt (+ output) does not fit
      ├── NotFound                    404    unknown model or stored response
      │    └── SessionNotFound        404    unknown session id
      ├── SessionNotActive            403    the session no longer accepts model calls
@@ -43,6 +44,33 @@ class UnsupportedFeature(BadRequest):
     code = "unsupported_feature"
 
 
+class ContextOverflow(BadRequest):
+    """The prompt, or the prompt plus the requested output, does not fit the engine's context.
+    The message is OpenAI Chat's wording; every other provider words it as its vendor does
+    (harnesses compact their history when they recognise it)."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, *, prompt_tokens: int, context_length: int, max_prompt_tokens: int,
+                 output_tokens: int | None = None) -> None:
+        self.prompt_tokens = prompt_tokens  # at least this many (exact unless the engine refused to count)
+        self.context_length = context_length
+        self.max_prompt_tokens = max_prompt_tokens  # the longest prompt that leaves room for one output token
+        self.output_tokens = output_tokens  # None: the prompt alone does not fit
+        if output_tokens is None:
+            message = (f"This model's maximum context length is {context_length} tokens. However, your messages "
+                       f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages.")
+        else:
+            message = (f"This model's maximum context length is {context_length} tokens. However, you requested "
+                       f"{prompt_tokens + output_tokens} tokens ({prompt_tokens} in the messages, {output_tokens} "
+                       "in the completion). Please reduce the length of the messages or completion.")
+        super().__init__(message, param="messages")
+
+    @property
+    def prompt_fits(self) -> bool:
+        return self.output_tokens is not None
+
+
 class NotFound(ProxyError):
     status, type, code = 404, "invalid_request_error", "not_found"
 
@@ -74,10 +102,12 @@ class UpstreamError(ProxyError):
 class UpstreamRejected(UpstreamError):
     code = "upstream_rejected"
 
-    def __init__(self, message: str, *, status: int, param: str | None = None) -> None:
+    def __init__(self, message: str, *, status: int, param: str | None = None,
+                 upstream_url: str | None = None) -> None:
         super().__init__(message, param=param)
         self.status = status
         self.type = "invalid_request_error"
+        self.upstream_url = upstream_url  # the endpoint that refused
 
 
 class UpstreamTimeout(UpstreamError):

@@ -1,7 +1,8 @@
 """One model call, end to end: admission (session gate + pause gate, one Redis round trip) ->
-engine dialect -> endpoint pool -> capture -> the caller's response -> release (one round
-trip, with the record). The only module besides ``app`` that does I/O; Redis is reached
-through the ``pipeline`` stores' commands."""
+engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
+``context_limits``) -> capture -> the caller's response -> release (one round trip, with the
+record). The only module besides ``app`` that does I/O; Redis is reached through the
+``pipeline`` stores' commands."""
 
 from __future__ import annotations
 
@@ -14,16 +15,19 @@ import redis
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
-from proxy import noise, upstream
+from proxy import context_limits, noise, upstream
 from proxy.capture import build_error_record, build_record
+from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
-from proxy.errors import ProxyError, UpstreamError
+from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
 from proxy.hot_redis import HotRedis, NoScript
 from proxy.inflight import InflightCalls, Lease
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
 from proxy.upstream import UpstreamTransport
+
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass
@@ -53,6 +57,12 @@ class Gateway:
         self.hot = HotRedis(settings.require_redis())  # the two round trips of every call
         self.inflight = InflightCalls(stores, self.hot, settings.call_lease_seconds)
         self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
+        self.contexts = ContextLengths(settings.upstream_context_length, self._model_cards)
+        self.context_reserve = int(getattr(self.engine, "context_reserve", 0))
+
+    def _model_cards(self, endpoint: str) -> list[dict[str, Any]]:
+        data = self.pool.get_json("/v1/models", endpoint=endpoint).get("data")
+        return data if isinstance(data, list) else []
 
     def redis_ok(self) -> bool:
         try:
@@ -127,11 +137,9 @@ class Gateway:
             chat = dict(chat)
             if self.settings.upstream_model:
                 chat["model"] = self.settings.upstream_model
+            requested_max_tokens = chat.get("max_tokens")
             t0 = time.perf_counter()
-            raw, base = self.pool.post_json(
-                "/v1/chat/completions",
-                self.engine.prepare(chat, top_logprobs=parsed.top_logprobs),
-                affinity=sid)
+            raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
             try:
                 captured = self.engine.extract(raw)
@@ -145,7 +153,7 @@ class Gateway:
                 captured=captured, original=call.original, normalized=chat, upstream=raw,
                 response_message=sampled, started_at=call.started, finished_at=time.time(),
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
-                normalizations=normalizations)
+                normalizations=normalizations, requested_max_tokens=requested_max_tokens)
         except ProxyError as err:
             self.fail(call.lease, call.provider.name, err, call.original, call.started)
             raise
@@ -156,12 +164,78 @@ class Gateway:
         call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
 
-    def count_tokens(self, chat: dict[str, Any]) -> int:
-        body = {"model": self.settings.upstream_model or chat.get("model"), "messages": chat["messages"],
-                "add_generation_prompt": True}
-        if chat.get("tools"):
-            body["tools"] = chat["tools"]
-        if chat.get("chat_template_kwargs"):
-            body["chat_template_kwargs"] = chat["chat_template_kwargs"]
-        data, _ = self.pool.post_json("/tokenize", body)
+    # --- fitting the output limit into the engine's context (see context_limits) -------------------
+
+    def _sample(self, chat: dict[str, Any], top_logprobs: int,
+                sid: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The engine's answer, the endpoint that gave it and the request it answered. A call that
+        fits is one round trip; one the engine refuses for length is counted and sent once more
+        with the room its prompt leaves (or refused in the caller's format)."""
+        endpoint = self.pool.order(sid)[0]
+        model = chat["model"] if isinstance(chat.get("model"), str) else None  # passed on unchecked: any JSON
+        known = self.contexts.known(endpoint, model)
+        if known is not None and context_limits.no_prompt_fits(chat.get("max_tokens"), known, self.context_reserve):
+            try:  # certain to be refused: count first, saving the refused round trip
+                chat, _ = self._fit(chat, sid, known, None, None)
+            except UpstreamRejected:
+                pass  # this engine cannot count a prompt: let it refuse the call itself
+        try:
+            return (*self._post(chat, top_logprobs, sid), chat)
+        except UpstreamRejected as rejected:
+            refusal = context_limits.read_refusal(rejected.message)
+            context = self.contexts.learn(rejected.upstream_url or endpoint, model,
+                                          refusal.context_length) if refusal else None
+            if refusal is None or context is None:
+                raise
+            fitted, prompt_tokens = self._fit(chat, sid, context, refusal, rejected)
+        try:
+            return (*self._post(fitted, top_logprobs, sid), fitted)
+        except UpstreamRejected as rejected:
+            again = context_limits.read_refusal(rejected.message)
+            if again is None:
+                raise
+            # The engine counts this prompt longer than its /tokenize did: never loop, refuse.
+            raise context_limits.overflow(max(prompt_tokens, again.prompt_tokens or 0), context,
+                                          self.context_reserve, fitted.get("max_tokens")) from None
+
+    def _post(self, chat: dict[str, Any], top_logprobs: int, sid: str) -> tuple[dict[str, Any], str]:
+        return self.pool.post_json(CHAT_PATH, self.engine.prepare(chat, top_logprobs=top_logprobs), affinity=sid)
+
+    def _fit(self, chat: dict[str, Any], sid: str, context: int, refusal: EngineRefusal | None,
+             rejected: UpstreamRejected | None) -> tuple[dict[str, Any], int]:
+        """``chat`` with its output limit fitted into ``context`` tokens, and its prompt's size."""
+        if refusal is not None and refusal.prompt_exact and refusal.prompt_tokens is not None:
+            prompt_tokens = refusal.prompt_tokens
+        else:
+            prompt_tokens = self._count_prompt(chat, sid, context, refusal, rejected)
+        sent = chat.get("max_tokens")
+        limit = context_limits.fit_output(sent, prompt_tokens, context, reserve=self.context_reserve,
+                                          mode=self.settings.context_overflow)
+        if refusal is not None and limit == sent:
+            # It fits by our count yet the engine refused it: sending it again would be refused again.
+            raise context_limits.overflow(prompt_tokens, context, self.context_reserve, sent)
+        return {**chat, "max_tokens": limit}, prompt_tokens
+
+    def _count_prompt(self, chat: dict[str, Any], sid: str, context: int, refusal: EngineRefusal | None,
+                      rejected: UpstreamRejected | None) -> int:
+        try:
+            return self.count_tokens(chat, affinity=sid)
+        except UpstreamRejected as err:
+            counted = context_limits.read_refusal(err.message)
+            if counted is None:  # no /tokenize here: the engine's own refusal is the answer
+                raise (rejected or err) from None
+            # A prompt too long for the engine to even count: certainly one that leaves no room.
+            least = max((refusal.prompt_tokens or 0) if refusal else 0, counted.prompt_tokens or 0,
+                        context_limits.max_prompt_tokens(context, self.context_reserve) + 1)
+            raise context_limits.overflow(least, context, self.context_reserve) from None
+
+    def count_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
+        """The engine's count of ``chat``'s prompt, rendered as its chat completion would be."""
+        body = {"model": self.settings.upstream_model or chat.get("model"),
+                "messages": self.engine.prepare(chat)["messages"],
+                "add_generation_prompt": chat.get("add_generation_prompt", True)}
+        for key in ("tools", "chat_template_kwargs", "continue_final_message"):
+            if chat.get(key):
+                body[key] = chat[key]
+        data, _ = self.pool.post_json("/tokenize", body, affinity=affinity)
         return int(data.get("count", len(data.get("tokens") or [])))

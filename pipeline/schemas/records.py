@@ -40,6 +40,10 @@ class CompletionRecord(BaseModel):
     normalized_request: dict[str, Any] = Field(default_factory=dict)
     upstream_response: dict[str, Any] = Field(default_factory=dict)
     normalizations: list[str] = Field(default_factory=list)  # noise rules applied (proxy/noise.py)
+    # The output-token limit the harness asked for and the one sent (smaller when the proxy
+    # clamped it to fit the engine's context, proxy/context_limits.py); None: none was given.
+    requested_max_tokens: int | None = None
+    sent_max_tokens: int | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> "CompletionRecord":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Headers,
     Parsed,
@@ -287,7 +287,18 @@ class Anthropic(ProviderBase):
 
     def error(self, err: ProxyError) -> dict[str, Any]:
         kind = _ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": err.message}, "request_id": None}
+        return {"type": "error", "error": {"type": kind, "message": error_message(err)}, "request_id": None}
+
+
+def error_message(err: ProxyError) -> str:
+    """Anthropic's own wording of a context overflow: Claude Code compacts on a message starting
+    "prompt is too long", and lowers max_tokens on the "exceed context limit" one."""
+    if not isinstance(err, ContextOverflow):
+        return err.message
+    if not err.prompt_fits:
+        return f"prompt is too long: {err.prompt_tokens} tokens > {err.max_prompt_tokens} maximum"
+    return (f"input length and `max_tokens` exceed context limit: {err.prompt_tokens} + {err.output_tokens} > "
+            f"{err.context_length}, decrease input length or `max_tokens` and try again")
 
 
 def usage(turn: Turn) -> dict[str, Any]:

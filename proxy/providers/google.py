@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
+from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Headers,
     Parsed,
@@ -312,7 +312,19 @@ class Google(ProviderBase):
 
     def error(self, err: ProxyError) -> dict[str, Any]:
         status = _STATUS.get(err.status, "INTERNAL" if err.status >= 500 else "INVALID_ARGUMENT")
-        return {"error": {"code": err.status, "message": err.message, "status": status}}
+        return {"error": {"code": err.status, "message": error_message(err), "status": status}}
+
+
+def error_message(err: ProxyError) -> str:
+    """Gemini's wording of a prompt over its input limit (Gemini has no combined input + output
+    limit; a refused output limit is worded the same way)."""
+    if not isinstance(err, ContextOverflow):
+        return err.message
+    if not err.prompt_fits:
+        return (f"The input token count ({err.prompt_tokens}) exceeds the maximum number of tokens allowed "
+                f"({err.max_prompt_tokens}).")
+    return (f"The input token count ({err.prompt_tokens}) plus maxOutputTokens ({err.output_tokens}) exceeds "
+            f"the maximum number of tokens allowed ({err.context_length}).")
 
 
 class GoogleStream:

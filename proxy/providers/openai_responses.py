@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from proxy.errors import BadRequest, NotFound, ProxyError, UnsupportedFeature
+from proxy.errors import BadRequest, ContextOverflow, NotFound, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Parsed,
     ProviderBase,
@@ -37,6 +37,7 @@ NAME = "openai_responses"
 _PATHS = ("/v1/responses", "/responses")
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+_INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
 def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -323,7 +324,10 @@ class OpenAIResponses(ProviderBase):
         return ResponsesStream(self, parsed)
 
     def error(self, err: ProxyError) -> dict[str, Any]:
-        return openai_error(err)
+        body = openai_error(err)
+        if isinstance(err, ContextOverflow) and not err.prompt_fits:  # the Responses API's own wording
+            body["error"].update(param="input", message=_INPUT_OVERFLOW)
+        return body
 
 
 class ResponsesStream:
@@ -399,8 +403,10 @@ class ResponsesStream:
 
     def error(self, err: ProxyError) -> list[bytes]:
         failed = self.provider.shell(self.parsed, "failed")
-        failed["error"] = {"code": "server_error" if err.status >= 500 else "invalid_request", "message": err.message}
-        return [self._ev("error", code=err.code, message=err.message, param=err.param),
+        shown = self.provider.error(err)["error"]  # Codex compacts on a context_length_exceeded code
+        code = err.code if isinstance(err, ContextOverflow) else "server_error" if err.status >= 500 else "invalid_request"
+        failed["error"] = {"code": code, "message": shown["message"]}
+        return [self._ev("error", code=err.code, message=shown["message"], param=shown["param"]),
                 self._ev("response.failed", response=failed)]
 
 

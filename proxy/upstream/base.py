@@ -4,7 +4,9 @@ An engine is pure: ``prepare`` adds its capture fields to a Chat Completions req
 ``extract`` pulls prompt ids, sampled ids and logprobs out of its answer, refusing answers
 that lack them (a completion without ids must never become training data). ``score_request``
 and ``scores`` are its prompt-logprob API, which the verifier (``proxy/verify.py``) uses to
-re-score sequences. Adding an engine is one module plus one line in ``upstream/__init__.py``.
+re-score sequences. An engine may also say how many tokens of its context an output limit can
+never use (``context_reserve``, default 0; see ``proxy/context_limits.py``). Adding an engine is
+one module plus one line in ``upstream/__init__.py``.
 """
 
 from __future__ import annotations

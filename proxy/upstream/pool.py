@@ -49,9 +49,10 @@ class UpstreamPool:
             return _json(status, data, base), base
         raise UpstreamError(f"cannot reach any inference server ({', '.join(self.urls)}): {last}")
 
-    def get_json(self, path: str) -> dict[str, Any]:
+    def get_json(self, path: str, *, endpoint: str | None = None) -> dict[str, Any]:
+        """GET from the first endpoint that answers (or from ``endpoint`` only)."""
         last: Exception | None = None
-        for base in self.urls:
+        for base in [endpoint] if endpoint else self.urls:
             try:
                 status, data = self.transport.request(base, "GET", path, None)
                 return _json(status, data, base)
@@ -64,7 +65,7 @@ def _json(status: int, data: bytes, base: str) -> dict[str, Any]:
     if status >= 400:
         message = _error_message(data)
         if status < 500:
-            raise UpstreamRejected(message, status=status)
+            raise UpstreamRejected(message, status=status, upstream_url=base)
         raise UpstreamError(f"inference server {base} error {status}: {message}")
     try:
         parsed = orjson.loads(data)

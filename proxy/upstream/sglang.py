@@ -13,6 +13,9 @@ from proxy.upstream.base import Captured, CaptureError, first_choice
 class SGLangEngine:
     name = "sglang"
     score_path = "/generate"  # the native API: token ids in, input_token_logprobs out
+    # SGLang refuses prompt + max_new_tokens >= its context length (vLLM only > it): one token
+    # of the context is never an output limit's.
+    context_reserve = 1
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)

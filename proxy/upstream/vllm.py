@@ -12,6 +12,7 @@ from proxy.upstream.base import Captured, CaptureError, first_choice
 class VLLMEngine:
     name = "vllm"
     score_path = "/v1/completions"
+    context_reserve = 0  # prompt + max_tokens may fill the context exactly
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)

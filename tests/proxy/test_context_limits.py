@@ -1,0 +1,128 @@
+"""Context limits against real processes: the reference server started with a 256-token context
+(``polar model serve --max-model-len 256``) behind the proxy under gunicorn/gevent, called by
+the official SDKs. Agent CLIs ask for 32000 output tokens: such calls still complete (clamped),
+a prompt longer than the context gets each vendor's own overflow error, and with
+``context_overflow=refuse`` so does an output limit that does not fit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from infra.embedded_redis import _die_with_parent, free_port
+from infra.stack import Stack, StackConfig
+from pipeline import keys
+from pipeline.codec import unpack
+from pipeline.settings import Settings
+from tests.proxy.overflow_calls import KINDS, LONG_TEXT, PROVIDER_OF, VENDOR_MODEL, ask, overflow_seen, real_clients
+from tests.support import running_session, sid_of, wait_for
+
+CONTEXT = 256
+THINK = Path(__file__).resolve().parents[1] / "fixtures" / "sdk_think_policy.json"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def small_engine(model_dir, tmp_path_factory):
+    """The reference server with a 256-token context, serving the scripted ``sdk-think`` policy."""
+    port, log = free_port(), tmp_path_factory.mktemp("small-engine") / "model.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "model", "serve", "--port", str(port),
+                                 "--model-dir", str(model_dir), "--max-model-len", str(CONTEXT),
+                                 "--policy", f"sdk-think={THINK}"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: proc.poll() is not None or _healthy(url), timeout=120)
+        assert proc.poll() is None, log.read_text()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _proxy(small_engine, tmp_path_factory, name: str, **settings):
+    # The harnesses name vendor models; the proxy serves the scripted policy whatever they ask for.
+    s = Settings(home=tmp_path_factory.mktemp(name), upstream_url=small_engine, upstream_model="sdk-think",
+                 **settings)
+    return Stack(StackConfig(settings=s, upstream="external", components=("proxy",)))
+
+
+@pytest.fixture(scope="module")
+def clamp_stack(small_engine, tmp_path_factory):
+    with _proxy(small_engine, tmp_path_factory, "clamp") as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def refuse_stack(small_engine, tmp_path_factory):
+    with _proxy(small_engine, tmp_path_factory, "refuse", context_overflow="refuse") as stack:
+        yield stack
+
+
+def raw_records(stack, key):
+    client = redis.Redis.from_url(stack.settings.redis_url)
+    return [unpack(b) for b in client.lrange(keys.session_completions(sid_of(key)), 0, -1)]
+
+
+def error_records(stack, key):
+    client = redis.Redis.from_url(stack.settings.redis_url)
+    return [unpack(b) for b in client.lrange(keys.session_errors(sid_of(key)), 0, -1)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_32000_output_tokens_against_a_256_token_context_still_complete(clamp_stack, kind):
+    key = running_session(clamp_stack.settings.redis_url)
+    c = real_clients(clamp_stack.settings.proxy_url, key)
+    answers = [ask(kind, c, VENDOR_MODEL[kind], 32000, stream=stream) for stream in (False, True, False)]
+    assert answers == ["42"] * 3
+    recs = raw_records(clamp_stack, key)
+    assert len(recs) == 3 and [r["stream"] for r in recs] == [False, True, False]
+    for rec in recs:
+        assert rec["provider"] == PROVIDER_OF[kind] and rec["finish_reason"] == "stop"
+        assert (rec["model"], rec["upstream_model"]) == (VENDOR_MODEL[kind], "sdk-think")  # Gemini's from its URL
+        assert rec["requested_max_tokens"] == 32000
+        assert rec["sent_max_tokens"] == CONTEXT - len(rec["prompt_ids"])
+        assert rec["normalized_request"]["max_tokens"] == rec["sent_max_tokens"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prompt_longer_than_the_context_gets_the_vendors_overflow_error(clamp_stack, kind, stream):
+    key = running_session(clamp_stack.settings.redis_url)
+    c = real_clients(clamp_stack.settings.proxy_url, key)
+    with pytest.raises(Exception) as info:
+        ask(kind, c, VENDOR_MODEL[kind], 32000, text=LONG_TEXT, stream=stream)
+    overflow_seen(kind, info.value, prompt_fits=False)
+    assert raw_records(clamp_stack, key) == []
+    assert [(e["status_code"], e["error_type"]) for e in error_records(clamp_stack, key)] == [(400, "ContextOverflow")]
+    assert ask(kind, c, VENDOR_MODEL[kind], 32000) == "42"  # compacted history goes through again
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_refuse_answers_an_output_limit_that_does_not_fit_with_the_overflow_error(refuse_stack, kind):
+    key = running_session(refuse_stack.settings.redis_url)
+    c = real_clients(refuse_stack.settings.proxy_url, key)
+    for stream in (False, True):
+        with pytest.raises(Exception) as info:
+            ask(kind, c, VENDOR_MODEL[kind], 32000, stream=stream)
+        assert "32000" in overflow_seen(kind, info.value, prompt_fits=True)
+    assert ask(kind, c, VENDOR_MODEL[kind], 128) == "42"  # a limit that fits is sent as asked
+    [rec] = raw_records(refuse_stack, key)
+    assert rec["requested_max_tokens"] == rec["sent_max_tokens"] == 128
