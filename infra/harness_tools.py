@@ -97,3 +97,48 @@ def _check_links_stay_inside(tools_dir: Path) -> None:
             raise ToolsInstallError(
                 f"{entry.relative_to(tools_dir)} resolves to {real}, outside the tools folder: install from the "
                 "registry or from a tarball (npm pack a folder first), not from a folder")
+
+
+# The harness presets' CLIs, pinned: (npm package, version, command). Versions tested by CI.
+HARNESS_CLIS = {
+    "codex": ("@openai/codex", "0.171.0", "codex"),
+    "claude_code": ("@anthropic-ai/claude-code", "2.1.197", "claude"),
+    "gemini_cli": ("@google/gemini-cli", "0.61.0", "gemini"),
+    "qwen_code": ("@qwen-code/qwen-code", "0.15.10", "qwen"),
+    "opencode": ("opencode-ai", "1.18.33", "opencode"),
+    "pi": ("@mariozechner/pi-coding-agent", "0.73.1", "pi"),
+}
+
+
+def harness_specs(tools_dir: Path, names: Sequence[str], pins: dict[str, str]) -> list[str]:
+    """npm specs (``package@version``) of the named presets (all when none), pins overriding,
+    that the tools folder does not hold at that version yet."""
+    unknown = [n for n in [*names, *pins] if n not in HARNESS_CLIS]
+    if unknown:
+        raise ToolsInstallError(f"unknown harness {', '.join(unknown)}; expected {', '.join(HARNESS_CLIS)}")
+    have = installed_versions(tools_dir)
+    wanted = {n: pins.get(n, HARNESS_CLIS[n][1]) for n in (names or HARNESS_CLIS)}
+    return [f"{HARNESS_CLIS[n][0]}@{version}" for n, version in wanted.items() if have[n] != version]
+
+
+def installed_versions(tools_dir: Path) -> dict[str, str | None]:
+    """Each preset's CLI version as its package.json in the tools folder says (None: absent)."""
+    out: dict[str, str | None] = {}
+    for name, (package, _, _) in HARNESS_CLIS.items():
+        meta = tools_dir / "lib" / "node_modules" / package / "package.json"
+        out[name] = json.loads(meta.read_text()).get("version") if meta.exists() else None
+    return out
+
+
+def cli_version(tools_dir: Path, name: str, timeout: float = 60) -> tuple[bool, str]:
+    """Run the preset's CLI ``--version`` from the tools folder, as a runtime would."""
+    command = HARNESS_CLIS[name][2]
+    env = {"PATH": f"{tools_dir / 'bin'}:/usr/bin:/bin", "HOME": str(tools_dir / ".doctor-home"), "LANG": "C.UTF-8",
+           "TERM": "dumb", "NO_UPDATE_NOTIFIER": "1"}
+    try:
+        done = subprocess.run([str(tools_dir / "bin" / command), "--version"], capture_output=True, text=True,
+                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    text = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return done.returncode == 0, text[-1] if text else f"exit {done.returncode}"

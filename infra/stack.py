@@ -39,6 +39,7 @@ log = logging.getLogger("polar.stack")
 STAGE_POOLS = {Stage.INIT: "threads", Stage.RUN: "threads", Stage.POSTRUN: "prefork",
                Stage.EVALUATE: "threads", Stage.CALLBACK: "threads"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SMOKE_POLICY = "polar-smoke"
 STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUATE: 4, Stage.CALLBACK: 4}
 RESTART_BACKOFF_MAX = 30.0
 STABLE_AFTER_SECONDS = 60.0  # a child that ran this long restarts without back-off next time
@@ -132,7 +133,8 @@ class Stack:
                 args += ["--model-dir", str(c.model_dir)]
             if c.chat_template:
                 args += ["--chat-template", str(c.chat_template)]
-            for name, path in c.policies.items():
+            # polar-smoke answers "DONE" once: `polar harnesses doctor` runs each CLI against it.
+            for name, path in {SMOKE_POLICY: str(EXAMPLES / "smoke_policy.json"), **c.policies}.items():
                 args += ["--policy", f"{name}={path}"]
             out["model"] = args
         elif c.upstream == "fake":

@@ -31,7 +31,15 @@ RUNTIME_FIELDS = {
 IMAGE_BACKENDS = ("docker", "apptainer")
 HARNESSES = {
     "shell": "workers.harnesses.shell:ShellHarness",
+    "codex": "workers.harnesses.codex:CodexHarness",
+    "claude_code": "workers.harnesses.claude_code:ClaudeCodeHarness",
+    "gemini_cli": "workers.harnesses.gemini_cli:GeminiCliHarness",
+    "qwen_code": "workers.harnesses.qwen_code:QwenCodeHarness",
+    "opencode": "workers.harnesses.opencode:OpencodeHarness",
+    "pi": "workers.harnesses.pi:PiHarness",
 }
+# The CLI presets: their agent.settings are HarnessOptions (pipeline/schemas/harness.py).
+CLI_PRESETS = ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi")
 EVALUATORS = {
     "session_completed": "workers.evaluators.session_completed:SessionCompletedEvaluator",
     "command": "workers.evaluators.command:CommandEvaluator",
@@ -43,6 +51,6 @@ BUILDERS = {
 
 PLANNED = {
     "runtime backend": (),
-    "harness": ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "pi"),
+    "harness": (),
     "evaluator strategy": ("test_on_output", "swebench_harness"),
 }

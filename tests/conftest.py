@@ -35,20 +35,27 @@ def model_dir(tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The chaos suite's table (tests/chaos), when it ran."""
+    """The tables the chaos suite (tests/chaos) and the harness presets (tests/e2e) write, when they ran."""
+    _table(terminalreporter, config, "POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.jsonl", "chaos report", [
+        "fault", "mid_stage", "submitted", "completed", "errored", "duplicates", "leaked_runtimes",
+        "component_back_s", "task_done_after_fault_s", "callback_delivered_after_fault_s"], "tests/chaos")
+    _table(terminalreporter, config, "POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl", "harness presets", [
+        "harness", "version", "provider_api", "streamed", "runtime", "completions", "chains", "drifted_turns",
+        "verified", "agent_s"], "tests/e2e")
+
+
+def _table(terminalreporter, config, env: str, default: str, title: str, cols: list[str], tier: str) -> None:
     import json
     import os
     from pathlib import Path
 
-    report = Path(os.environ.get("POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.jsonl"))
-    if not report.exists() or not any(str(a).startswith("tests/chaos") or a == "tests" for a in config.args):
+    report = Path(os.environ.get(env, default))
+    if not report.exists() or not any(str(a).startswith(tier) or a == "tests" for a in config.args):
         return
     rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
     if not rows:
         return
-    cols = ["fault", "mid_stage", "submitted", "completed", "errored", "duplicates", "leaked_runtimes",
-            "component_back_s", "task_done_after_fault_s", "callback_delivered_after_fault_s"]
-    terminalreporter.section("chaos report")
+    terminalreporter.section(title)
     terminalreporter.write_line(" | ".join(cols))
     for row in rows:
         terminalreporter.write_line(" | ".join(str(row.get(c)) for c in cols))

@@ -166,6 +166,7 @@ def cancel(task_id: str) -> None:
 
 
 def _register_subcommands() -> None:
+    from infra.cli.harnesses import harnesses
     from infra.cli.model import model
     from infra.cli.runtimes import runtimes
     from infra.cli.tools import tools
@@ -178,6 +179,7 @@ def _register_subcommands() -> None:
     cli.add_command(model)
     cli.add_command(runtimes)
     cli.add_command(tools)
+    cli.add_command(harnesses)
 
 
 _register_subcommands()

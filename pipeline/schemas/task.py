@@ -25,6 +25,7 @@ from pydantic import (
 
 from pipeline import plugins
 from pipeline.credentials import new_session_id
+from pipeline.schemas.harness import HarnessOptions
 
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside every runtime
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -176,6 +177,10 @@ class AgentSpec(_Spec):
             self.harness = "shell"
         if self.harness == "shell" and self.custom_shell is None:
             raise ValueError("the 'shell' harness needs 'custom_shell'")
+        if self.harness in plugins.CLI_PRESETS:
+            if self.custom_shell is not None:
+                raise ValueError(f"the {self.harness!r} preset runs its own CLI: leave 'custom_shell' out")
+            HarnessOptions.model_validate(self.settings)  # errors name the setting (agent.settings.<field>)
         return self
 
 

@@ -31,10 +31,11 @@ def test_every_catalogued_plugin_loads_and_implements_its_seam(registry, catalog
 
 
 def test_planned_names_are_accepted_at_submit_and_unavailable_at_run_time():
-    task = TaskRequest.model_validate({"instruction": "x", "agent": {"harness": "codex"}})
-    assert task.agent.harness == "codex"
-    with pytest.raises(HarnessError, match="not available"):
-        harnesses.create("codex")
+    task = TaskRequest.model_validate({"instruction": "x", "agent": {"harness": "codex"},
+                                       "evaluator": {"strategy": "swebench_harness"}})
+    assert task.evaluator.strategy == "swebench_harness"
+    with pytest.raises(EvaluationError, match="not available"):
+        evaluators.create("swebench_harness", {})
 
 
 @pytest.mark.parametrize("runtime, field", [

@@ -28,9 +28,9 @@ def proxy_env(proxy_url: str, spec: SessionSpec, key: str) -> dict[str, str]:
     }
     if len(spec.instruction.encode()) <= INSTRUCTION_ENV_LIMIT:
         env["POLAR_INSTRUCTION"] = spec.instruction
-    if spec.agent.model_name:
-        env["POLAR_MODEL"] = spec.agent.model_name
-        env["OPENAI_MODEL"] = spec.agent.model_name
+    if spec.agent.model_name:  # every provider's own model variable, so any SDK picks the policy
+        for name in ("POLAR_MODEL", "OPENAI_MODEL", "ANTHROPIC_MODEL", "GEMINI_MODEL"):
+            env[name] = spec.agent.model_name
     return env
 
 

@@ -5,6 +5,7 @@ tear both down and store the terminal ``SessionResult`` for CALLBACK to publish.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from pipeline.errors import EvaluationError
 from pipeline.schemas import SessionResult, Trajectory
@@ -13,8 +14,24 @@ from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
+from workers.stages import artifacts
 from workers.stages.common import Deps, Skip, log
 from workers.stages.eval_runtime import eval_runtime_problem, teardown
+
+
+def keep_artifacts(d: Deps, state: SessionState) -> Path | None:
+    """Copy the agent's output and the harness's transcripts out before teardown (never fails
+    the session: a full disk loses the copy, not the result)."""
+    if not (d.settings.keep_artifacts and state.runtime and state.runtime.get("root")):
+        return None
+    try:
+        harness = harnesses.create(state.spec.agent.harness or "shell")
+        return artifacts.keep(Path(state.runtime["root"]), artifacts.folder_for(
+            d.settings.home, state.spec.task_id, state.session_id), getattr(harness, "transcripts", ()),
+            state.key or "", d.settings.artifacts_max_mb * 1024 * 1024)
+    except Exception as exc:
+        log.warning("evaluate %s: keeping artifacts failed: %s", state.session_id, exc)
+        return None
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -47,17 +64,22 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         eval_error = f"evaluation failed: {exc}"
         log.warning("evaluate %s: %s", sid, eval_error)
     finally:
+        kept = keep_artifacts(d, state)
         teardown(sid, state.runtime, fresh.eval_runtime)
     fresh = d.stores.sessions.get(sid) or state
     status = outcome.terminal_status()
     error = fresh.error
     if status == SessionStatus.COMPLETED and (trajectory.error or eval_error):
         status, error = SessionStatus.ERROR, trajectory.error or eval_error
+    last_call_error = trajectory.metadata.get("last_proxy_error")
+    if status != SessionStatus.COMPLETED and last_call_error and last_call_error not in (error or ""):
+        error = f"{error or status.value}; last model-API error: {last_call_error}"  # the cause, by name
     trajectory.status = status
     result = SessionResult(
         session_id=sid, task_id=spec.task_id, sample_index=spec.sample_index, status=status,
         reward=reward, trajectory=trajectory, error=error or eval_error, evaluation=evaluation,
-        metadata={**spec.metadata, "harness": spec.agent.harness, "model_name": spec.agent.model_name},
+        metadata={**spec.metadata, "harness": spec.agent.harness, "model_name": spec.agent.model_name,
+                  **({"artifacts_dir": str(kept)} if kept else {})},
     )
     result.timing = fresh.timing.model_copy(update={"evaluate_started_at": started,
                                                     "evaluate_ended_at": time.time()})

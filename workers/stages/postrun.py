@@ -7,6 +7,7 @@ the threads that wait on agents and runtimes.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from pipeline import builders
 from pipeline.schemas import Trajectory
@@ -34,12 +35,26 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         log.warning("postrun %s: build failed: %s", sid, exc)
         trajectory = Trajectory(error=f"build failed: {exc}")  # EVALUATE turns this into ERROR
     trajectory.status = outcome.terminal_status()
+    errors = d.stores.records.errors(sid)
     trajectory.metadata.update({"completions": len(records), "unreadable_records": bad,
-                                "builder": spec.builder.strategy})
+                                "builder": spec.builder.strategy, **call_errors(errors)})
+    if not records and outcome == Outcome.COMPLETED and not trajectory.error:
+        # An agent that exits 0 without one model call did not do the task (misconfigured CLI,
+        # wrong base URL): never a COMPLETED session with nothing to train on.
+        trajectory.error = "no completions captured: the agent made no model call through the proxy"
     d.stores.outputs.save_trajectory(sid, trajectory)
     sessions.transition(sid, SessionStatus.EVALUATING, expected=[SessionStatus.POSTRUN],
                         postrun_ended_at=time.time())
     return Stage.EVALUATE
+
+
+def call_errors(errors: list) -> dict:
+    """The model calls that failed, by error type, and the last one's cause (for the result)."""
+    if not errors:
+        return {}
+    last = max(errors, key=lambda e: e.finished_at or 0)
+    return {"proxy_errors": dict(Counter(e.error_type for e in errors)),
+            "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
 
 
 def _drain_inflight(d: Deps, sid: str) -> None:

@@ -22,6 +22,7 @@ from pipeline.status import Stage
 from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
 from workers.runtimes import RuntimeHost, sweeper
+from workers.stages import artifacts
 from workers.stages.common import Deps, deps, log
 
 # A message waits in its queue (or has just been fetched) this long before its absence from an
@@ -31,8 +32,17 @@ SENT_SCAN_AFTER_SECONDS = 300.0
 CALLBACK_LATE_SECONDS = 15.0  # Celery's own retry fires when a delivery is due; later, it was lost
 
 
+ARTIFACTS_PRUNE_SECONDS = 600.0  # old artifacts are looked for at most this often
+_artifacts_pruned = [0.0]
+
+
 def sweep(d: Deps) -> list[str]:
-    """This host's leftover session directories, processes and containers (every worker, every pass)."""
+    """This host's leftover session directories, processes and containers (every worker, every
+    pass), and artifact folders past ``artifacts_keep_days`` (every ten minutes)."""
+    now = time.time()
+    if now - _artifacts_pruned[0] > ARTIFACTS_PRUNE_SECONDS:
+        _artifacts_pruned[0] = now
+        artifacts.remove_old(d.settings.home, d.settings.artifacts_keep_days * 86400, now)
     return sweeper.sweep(RuntimeHost.of(d.settings), d.stores.sessions.status)
 
 

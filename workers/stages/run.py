@@ -5,6 +5,7 @@ proxy captured until then still becomes a (partial) trajectory in POSTRUN."""
 
 from __future__ import annotations
 
+import re
 import time
 
 from pipeline.status import Outcome, SessionStatus, Stage
@@ -57,8 +58,17 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     if res.cancelled:
         return Outcome.CANCELLED, "cancelled while the agent ran", None
     if res.exit_code != 0:
-        return Outcome.ERROR, f"agent exited {res.exit_code}: {res.stderr[-1000:]}", res.exit_code
+        return Outcome.ERROR, f"agent exited {res.exit_code}: {output_tail(res)}", res.exit_code
     return Outcome.COMPLETED, None, 0
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
+    """The end of what the agent printed: stderr, else stdout (some CLIs print errors there)."""
+    text = ANSI.sub("", res.stderr).strip() or ANSI.sub("", res.stdout).strip()
+    return text[-limit:] if text else "(no output)"
 
 
 def _cancel_check(d: Deps, sid: str, lease: StageLease):

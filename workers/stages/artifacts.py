@@ -1,0 +1,77 @@
+"""What a session leaves for a human to read: the agent's stdout and stderr, every step's logs,
+the session's ``artifacts/`` folder and the harness's own transcripts, copied out of the runtime
+before it is torn down to ``$POLAR_HOME/artifacts/<task>/<session>/`` (the result names it).
+
+The session key is replaced by a mark in every copied text file: base URLs carry it, and some
+CLIs write their config or request logs into their transcripts. (The key is dead once the
+session ends; the copies are still never a place to find one.) A session keeps at most
+``artifacts_max_mb``; what does not fit is listed in ``TRUNCATED.txt``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from workers.stages.common import log
+
+REDACTED = "sk-polar-REDACTED"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+SOURCES = ("logs", "artifacts")  # session-directory folders always kept
+
+
+def folder_for(home: Path, task_id: str, session_id: str) -> Path:
+    """Where a session's artifacts go; the task id is made a safe single folder name."""
+    task = _SAFE.sub("_", task_id) or "_"
+    return home / "artifacts" / ("_" + task if task.startswith(".") else task) / _SAFE.sub("_", session_id)
+
+
+def redact(data: bytes, secret: str) -> bytes:
+    return data.replace(secret.encode(), REDACTED.encode()) if secret else data
+
+
+def keep(session_root: Path, dest: Path, transcripts: tuple[str, ...], secret: str, max_bytes: int) -> Path | None:
+    """Copy what the session left (see the module doc); returns ``dest``, or None when there was
+    nothing. Links are not followed: a transcript folder cannot pull in files outside the session."""
+    picks = [session_root / s for s in SOURCES] + [session_root / "home" / t for t in transcripts]
+    files = [f for p in picks if p.is_dir() and not p.is_symlink() for f in sorted(p.rglob("*"))
+             if f.is_file() and not f.is_symlink() and _inside(f, session_root)]
+    if not files:
+        return None
+    budget, skipped = max_bytes, []
+    for f in files:
+        size = f.stat().st_size
+        if size > budget:
+            skipped.append(f"{f.relative_to(session_root)} ({size} bytes)")
+            continue
+        target = dest / f.relative_to(session_root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.write_bytes(redact(f.read_bytes(), secret))
+        except OSError as exc:
+            log.warning("artifacts: cannot copy %s: %s", f, exc)
+            continue
+        budget -= size
+    if skipped:
+        (dest / "TRUNCATED.txt").write_text("over the artifacts budget, not copied:\n" + "\n".join(skipped) + "\n")
+    return dest
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def remove_old(home: Path, keep_seconds: float, now: float) -> int:
+    """Delete session artifact folders older than ``keep_seconds``; returns how many."""
+    base, removed = home / "artifacts", 0
+    if not base.is_dir():
+        return 0
+    for task in base.iterdir():
+        for session in task.iterdir() if task.is_dir() else []:
+            if now - session.stat().st_mtime > keep_seconds:
+                shutil.rmtree(session, ignore_errors=True)
+                removed += 1
+        if task.is_dir() and not any(task.iterdir()):
+            task.rmdir()
+    return removed
