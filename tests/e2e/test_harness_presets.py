@@ -150,3 +150,20 @@ def test_a_cli_whose_calls_all_fail_ends_error_naming_the_proxys_error(presets_c
     assert result.status == SessionStatus.ERROR
     assert "last model-API error" in result.error and "no-such-policy" in result.error, result.error
     assert result.trajectory.metadata["proxy_errors"], result.trajectory.metadata
+
+
+def test_an_agent_that_makes_no_model_call_ends_error(presets_client):
+    task = task_for("pi", "local")
+    task["agent"] = {"custom_shell": "echo 'I did nothing'"}  # exits 0, never calls the model
+    [result] = presets_client.wait(presets_client.submit(task), timeout=120, poll_seconds=0.3).results
+    assert result.status == SessionStatus.ERROR and "no completions captured" in result.error, result.error
+
+
+def test_doctor_runs_each_cli_and_one_real_session_per_cli(presets_stack, tools):
+    env = {**os.environ, **presets_stack.settings.to_env(), "POLAR_TOOLS_DIR": str(tools)}
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "harnesses", "doctor", "--timeout", "240"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name, (_, version, _) in HARNESS_CLIS.items():
+        assert f"{name}" in out.stdout and version in out.stdout
+    assert out.stdout.count("smoke session") == len(HARNESS_CLIS) and "BAD" not in out.stdout, out.stdout
