@@ -43,6 +43,7 @@ CLI_PRESETS = ("codex", "claude_code", "gemini_cli", "qwen_code", "opencode", "p
 EVALUATORS = {
     "session_completed": "workers.evaluators.session_completed:SessionCompletedEvaluator",
     "command": "workers.evaluators.command:CommandEvaluator",
+    "test_on_output": "workers.evaluators.test_on_output:TestOnOutputEvaluator",
 }
 BUILDERS = {
     "per_request": "pipeline.builders.per_request:PerRequestBuilder",
@@ -52,5 +53,5 @@ BUILDERS = {
 PLANNED = {
     "runtime backend": (),
     "harness": (),
-    "evaluator strategy": ("test_on_output", "swebench_harness"),
+    "evaluator strategy": ("swebench_harness",),
 }

@@ -196,6 +196,8 @@ class EvaluatorSpec(_Spec):
     config: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     refresh_runtime: StrictBool = False
+    # The whole grading's budget, from EVALUATE's start: separate from the agent's.
+    timeout_seconds: float = Field(default=1800, gt=0, le=24 * 3600)
 
     _known_strategy = _known_name("strategy", EVALUATORS, "evaluator strategy")
 

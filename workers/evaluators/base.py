@@ -8,6 +8,7 @@ one reward per trace.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +26,18 @@ class EvalContext:
     runtime: Runtime | None  # where to grade: the agent's, or a fresh one (evaluator.refresh_runtime)
     env: dict[str, str] = field(default_factory=dict)
     agent_runtime: Runtime | None = None  # with refresh_runtime: the agent's (to take its patch from)
+    # The grading budget (evaluator.timeout_seconds from EVALUATE's start): the agent's budget
+    # is not the grader's, so a slow agent cannot eat the time its tests need.
+    deadline: float | None = None
+
+    def budget(self, step_seconds: float) -> float:
+        """A step's timeout: its own, cut to what is left of the grading budget."""
+        if self.deadline is None:
+            return step_seconds
+        left = self.deadline - time.time()
+        if left <= 0:
+            raise EvaluationError("the grading budget (evaluator.timeout_seconds) is used up")
+        return min(step_seconds, left)
 
 
 @dataclass

@@ -29,7 +29,7 @@ class CommandEvaluator:
         if ctx.runtime is None:
             raise EvaluationError("the command evaluator needs the session's runtime")
         res = ctx.runtime.exec(self.command, cwd=self.cwd, env={**ctx.env, **self.env},
-                               timeout=self.timeout, log_name="evaluate")
+                               timeout=ctx.budget(self.timeout), log_name="evaluate")
         passed = res.exit_code in self.success
         meta: dict[str, Any] = {"exit_code": res.exit_code, "timed_out": res.timed_out,
                                 "stdout_tail": res.stdout[-2000:], "stderr_tail": res.stderr[-2000:]}

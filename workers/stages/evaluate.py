@@ -56,7 +56,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
             proxy = runtime.reachable_url(d.settings.proxy_url) if runtime else d.settings.proxy_url
             env = {**harnesses.harness_env(proxy, spec, state.key or ""), **spec.evaluator.env}
             res = evaluator.evaluate(EvalContext(spec, outcome, trajectory, runtime, env,
-                                                 agent_runtime=agent_runtime if refresh else None))
+                                                 agent_runtime=agent_runtime if refresh else None,
+                                                 deadline=started + spec.evaluator.timeout_seconds))
             res.apply(trajectory)
             reward = res.outcome_reward
             evaluation.update(res.metadata, outcome_reward=reward, trace_rewards=res.trace_rewards)

@@ -1,0 +1,99 @@
+"""Per-test statuses parsed from real pytest and unittest runs (the runs happen here, so the
+parser meets the output the real tools print, not a hand-written imitation)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from workers.evaluators import test_output
+
+TESTS = '''
+import unittest
+import pytest
+
+def test_ok():
+    assert 1 + 1 == 2
+
+def test_bad():
+    assert 1 + 1 == 3
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+def test_error(broken):
+    pass
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+
+@pytest.mark.xfail(reason="known bug")
+def test_known_bug():
+    assert False
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n == 1
+'''
+
+UNITTESTS = '''
+import unittest
+
+class Calc(unittest.TestCase):
+    def test_ok(self):
+        self.assertEqual(1 + 1, 2)
+
+    def test_bad(self):
+        self.assertEqual(1 + 1, 3)
+
+    def test_error(self):
+        raise RuntimeError("boom")
+
+    @unittest.skip("not today")
+    def test_skipped(self):
+        pass
+
+    @unittest.expectedFailure
+    def test_known_bug(self):
+        self.assertEqual(1, 2)
+'''
+
+
+def run(tmp_path, argv):
+    return subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("flags", [["-rA"], ["-v"], ["-rA", "-v"]])
+def test_pytest_output(tmp_path, flags):
+    (tmp_path / "test_calc.py").write_text(TESTS)
+    out = run(tmp_path, ["-m", "pytest", "-p", "no:cacheprovider", *flags, "test_calc.py"])
+    assert test_output.parse(out.stdout, "pytest") == {
+        "test_calc.py::test_ok": "PASSED", "test_calc.py::test_bad": "FAILED", "test_calc.py::test_error": "ERROR",
+        **({"test_calc.py::test_skipped": "SKIPPED"} if "-v" in flags else {}),  # -rA alone names no skipped id
+        "test_calc.py::test_known_bug": "PASSED", "test_calc.py::test_param[1]": "PASSED",
+        "test_calc.py::test_param[2]": "FAILED"}
+
+
+def test_unittest_output(tmp_path):
+    (tmp_path / "test_calc.py").write_text(UNITTESTS)
+    out = run(tmp_path, ["-m", "unittest", "-v", "test_calc"])
+    assert test_output.parse(out.stderr, "unittest") == {
+        "test_ok (test_calc.Calc.test_ok)": "PASSED", "test_bad (test_calc.Calc.test_bad)": "FAILED",
+        "test_error (test_calc.Calc.test_error)": "ERROR", "test_skipped (test_calc.Calc.test_skipped)": "SKIPPED",
+        "test_known_bug (test_calc.Calc.test_known_bug)": "PASSED"}
+
+
+def test_compare_names_each_difference():
+    got = {"a": "PASSED", "b": "FAILED"}
+    assert test_output.compare(got, {"a": "PASSED", "b": "PASSED", "c": "PASSED"}) == {
+        "b": ("PASSED", "FAILED"), "c": ("PASSED", None)}
+    assert test_output.compare(got, dict(got)) == {}
+
+
+def test_an_unknown_framework_is_an_error():
+    with pytest.raises(ValueError, match="unknown test framework"):
+        test_output.parse("", "nose")

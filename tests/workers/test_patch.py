@@ -1,0 +1,92 @@
+"""The agent's change as a patch, taken from one runtime and applied in a fresh one -- for real,
+with git in the local runtime and in a podman container."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import EvaluationError
+from pipeline.schemas import RuntimeSpec
+from tests.conftest import TEST_IMAGE
+from workers import runtimes
+from workers.evaluators import patch
+from workers.runtimes import RuntimeHost
+
+BASE_REPO = (
+    "git init -q repo && cd repo && git config user.email t@t && git config user.name t && "
+    "printf 'def add(a, b):\\n    return a - b\\n\\n\\ndef mul(a, b):\\n    return a * b\\n' > calc.py && "
+    "printf 'keep\\n' > notes.txt && git add -A && git commit -qm base"
+)
+AGENT_EDITS = (
+    "cd repo && sed -i 's/a - b/a + b/' calc.py && printf 'new file\\n' > added.txt && "
+    "printf '\\x00\\x01\\x02binary' > blob.bin && mkdir -p __pycache__ && printf 'x' > __pycache__/calc.pyc && "
+    "mkdir -p build && printf 'y' > build/out.txt && printf 'scratch' > scratch.log && rm notes.txt"
+)
+
+
+@pytest.fixture(params=["local", "docker"])
+def make(request, tmp_path):
+    host = RuntimeHost(root=tmp_path / "sessions", task_id="patch")
+    spec = RuntimeSpec(backend="local")
+    if request.param == "docker":
+        host = RuntimeHost(root=tmp_path / "sessions", docker_host=request.getfixturevalue("docker_host"),
+                           task_id="patch")
+        spec = RuntimeSpec(backend="docker", image=TEST_IMAGE)
+    made = []
+
+    def _make(name: str):
+        rt = runtimes.create(spec, name, host)
+        rt.start()
+        made.append(rt)
+        assert rt.exec(BASE_REPO, timeout=60).exit_code == 0
+        return rt
+
+    yield _make
+    for rt in made:
+        rt.stop()
+
+
+def test_the_change_moves_to_a_fresh_runtime_binary_and_deletions_included_noise_left_out(make):
+    agent, fresh = make("sess-agent"), make("sess-agent.eval")
+    assert agent.exec(AGENT_EDITS, timeout=60).exit_code == 0
+    taken = patch.extract(agent, "repo", "HEAD", ["*.log"])
+    assert sorted(taken.files) == ["added.txt", "blob.bin", "calc.py", "notes.txt"]
+    applied = patch.apply(fresh, taken, "repo")
+    assert applied.ok and applied.method == "git apply", applied.log
+    show = "cd repo && cat calc.py added.txt && od -An -tx1 blob.bin && ls"
+    assert fresh.exec(show).stdout == agent.exec(show).stdout.replace("__pycache__\n", "").replace(
+        "build\n", "").replace("scratch.log\n", "")
+
+
+def test_no_change_is_an_empty_patch(make):
+    agent = make("sess-idle")
+    assert agent.exec("cd repo && mkdir -p __pycache__ && printf x > __pycache__/m.pyc").exit_code == 0
+    assert patch.extract(agent, "repo").empty
+
+
+def test_a_patch_for_other_code_does_not_apply_and_leaves_the_tree_clean(make):
+    agent, fresh = make("sess-a"), make("sess-a.eval")
+    agent.exec("cd repo && sed -i 's/a - b/a + b/' calc.py")
+    taken = patch.extract(agent, "repo")
+    fresh.exec("cd repo && printf 'completely different\\n' > calc.py && git commit -qam other")
+    applied = patch.apply(fresh, taken, "repo")
+    assert not applied.ok and "patch --fuzz" in applied.log
+    assert fresh.exec("cd repo && git status --porcelain").stdout.strip() == ""
+
+
+def test_fuzz_applies_what_git_apply_refuses(make):
+    """The fresh copy drifted a little (an outer context line changed): git apply refuses, patch
+    --fuzz ignores that line and applies."""
+    agent, fresh = make("sess-f"), make("sess-f.eval")
+    agent.exec("cd repo && sed -i 's/a \\* b/a * b  # times/' calc.py")
+    taken = patch.extract(agent, "repo")
+    fresh.exec("cd repo && sed -i '3s/^$/# moved on/' calc.py && git commit -qam drift")
+    applied = patch.apply(fresh, taken, "repo")
+    assert applied.ok and applied.method == "patch --fuzz", applied.log
+    assert "# times" in fresh.exec("cd repo && cat calc.py").stdout
+
+
+@pytest.mark.parametrize("base", ["--output=/etc/x", "HEAD; rm -rf /", ""])
+def test_a_base_commit_that_is_not_a_name_is_refused(base):
+    with pytest.raises(EvaluationError, match="not a commit name"):
+        patch.diff_command("repo", base, [])

@@ -1,0 +1,53 @@
+"""Per-test statuses from a test run's output (pure: text in, map out).
+
+pytest: the ``-rA`` short summary (``PASSED tests/x.py::test_a``, ``FAILED ... - reason``) and
+verbose lines (``tests/x.py::test_a PASSED [ 50%]``). unittest (``-v``): ``test_a
+(pkg.mod.Class.test_a) ... ok`` and its ``FAIL`` / ``ERROR`` / ``skipped`` forms. Statuses are
+normalised to PASSED, FAILED, ERROR, SKIPPED (xfail counts as PASSED, xpass as FAILED, as
+SWE-bench counts them). A test seen twice keeps its last status (the summary comes last).
+"""
+
+from __future__ import annotations
+
+import re
+
+STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED")
+_PYTEST_NORMAL = {"PASSED": "PASSED", "FAILED": "FAILED", "ERROR": "ERROR", "SKIPPED": "SKIPPED",
+                  "XFAIL": "PASSED", "XPASS": "FAILED"}
+_PYTEST_SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+::\S+?)(?: - .*)?$")
+_PYTEST_VERBOSE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?(?:\s+\[\s*\d+%\])?$")
+_UNITTEST = re.compile(r"^(\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$")
+_UNITTEST_NORMAL = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "expected failure": "PASSED",
+                    "unexpected success": "FAILED"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse(output: str, framework: str = "auto") -> dict[str, str]:
+    """``{test id: status}`` from pytest or unittest output (``framework``: pytest, unittest, auto)."""
+    if framework not in ("auto", "pytest", "unittest"):
+        raise ValueError(f"unknown test framework {framework!r}: pytest, unittest or auto")
+    lines = [_ANSI.sub("", line).rstrip() for line in output.splitlines()]
+    found: dict[str, str] = {}
+    if framework in ("auto", "pytest"):
+        for line in lines:
+            m = _PYTEST_VERBOSE.match(line)
+            if m:
+                found[m.group(1)] = _PYTEST_NORMAL[m.group(2)]
+                continue
+            m = _PYTEST_SUMMARY.match(line)
+            if m:
+                found[m.group(2)] = _PYTEST_NORMAL[m.group(1)]
+    if framework in ("auto", "unittest"):
+        for line in lines:
+            m = _UNITTEST.match(line)
+            if m:
+                status = m.group(3)
+                found[f"{m.group(1)} ({m.group(2)})"] = "SKIPPED" if status.startswith("skipped") else \
+                    _UNITTEST_NORMAL[status]
+    return found
+
+
+def compare(parsed: dict[str, str], expected: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """The tests whose status differs: ``{test: (expected, got)}`` (None: absent)."""
+    return {t: (expected.get(t), parsed.get(t)) for t in sorted(set(parsed) | set(expected))
+            if expected.get(t) != parsed.get(t)}
