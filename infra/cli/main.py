@@ -166,6 +166,7 @@ def cancel(task_id: str) -> None:
 
 
 def _register_subcommands() -> None:
+    from infra.cli.generate import generate
     from infra.cli.harnesses import harnesses
     from infra.cli.model import model
     from infra.cli.runtimes import runtimes
@@ -180,6 +181,7 @@ def _register_subcommands() -> None:
     cli.add_command(runtimes)
     cli.add_command(tools)
     cli.add_command(harnesses)
+    cli.add_command(generate)
 
 
 _register_subcommands()

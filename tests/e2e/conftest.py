@@ -5,6 +5,7 @@ Flower, all real processes."""
 from __future__ import annotations
 
 import copy
+import os
 import uuid
 from pathlib import Path
 
@@ -57,3 +58,41 @@ def sleepy_task(timeout_seconds: float, samples: int = 1) -> dict:
     task["agent"]["model_name"] = "sleepy-policy"
     task["evaluator"] = {"strategy": "session_completed"}
     return task
+
+
+# --- the harness CLIs (tests/e2e/test_harness_presets.py, test_generate.py) -------------------
+
+HARNESS_POLICIES = ROOT / "tests" / "fixtures" / "harness_policies"
+TOOLS = Path(os.environ.get("POLAR_TEST_TOOLS_DIR") or Path.home() / ".cache" / "polar-test-tools")
+
+
+@pytest.fixture(scope="session")
+def tools():
+    """The six CLIs at their pinned versions, from ``polar harnesses install`` (``.ci/run``)."""
+    from infra.harness_tools import HARNESS_CLIS, installed_versions
+
+    have = installed_versions(TOOLS)
+    missing = [n for n, (_, version, _) in HARNESS_CLIS.items() if have[n] != version]
+    if missing:
+        message = f"harness CLIs {missing} not in {TOOLS} (polar harnesses install, POLAR_TOOLS_DIR={TOOLS})"
+        if os.environ.get("POLAR_TEST_REQUIRE_RUNTIMES"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return TOOLS
+
+
+@pytest.fixture(scope="session")
+def presets_stack(tmp_path_factory, model_dir, engine, tools):
+    """A stack whose workers find the CLIs in the tools folder, with one scripted policy per
+    harness (named as its file)."""
+    settings = Settings(home=tmp_path_factory.mktemp("presets-home"), tools_dir=tools, docker_host=engine,
+                        ready_capacity=6)
+    policies = {p.stem: str(p) for p in HARNESS_POLICIES.glob("*.json")}
+    with Stack(StackConfig(settings=settings, model_dir=model_dir, policies=policies,
+                           concurrency={Stage.RUN: 6})) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def presets_client(presets_stack):
+    return RolloutClient.from_settings(presets_stack.settings)

@@ -21,16 +21,12 @@ import pytest
 import redis
 
 from infra.harness_tools import HARNESS_CLIS, installed_versions
-from infra.stack import Stack, StackConfig
-from pipeline.client import RolloutClient
-from pipeline.settings import Settings
-from pipeline.status import SessionStatus, Stage
+from pipeline.status import SessionStatus
 from pipeline.stores import Stores
 from tests.conftest import TEST_IMAGE
+from tests.e2e.conftest import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICIES = ROOT / "tests" / "fixtures" / "harness_policies"
-TOOLS = Path(os.environ.get("POLAR_TEST_TOOLS_DIR") or Path.home() / ".cache" / "polar-test-tools")
 REPORT = Path(os.environ.get("POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl"))
 INSTRUCTION = "Read input.txt, then write hello.txt containing its text followed by ' world', then show hello.txt."
 
@@ -46,33 +42,6 @@ EXPECTED = {
     "opencode": ("openai_chat", "local", 2),
     "pi": ("openai_chat", "docker", 1),
 }
-
-
-@pytest.fixture(scope="module")
-def tools():
-    have = installed_versions(TOOLS)
-    missing = [n for n, (_, version, _) in HARNESS_CLIS.items() if have[n] != version]
-    if missing:
-        message = f"harness CLIs {missing} not in {TOOLS} (polar harnesses install, POLAR_TOOLS_DIR={TOOLS})"
-        if os.environ.get("POLAR_TEST_REQUIRE_RUNTIMES"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return TOOLS
-
-
-@pytest.fixture(scope="module")
-def presets_stack(tmp_path_factory, model_dir, engine, tools):
-    settings = Settings(home=tmp_path_factory.mktemp("presets-home"), tools_dir=tools, docker_host=engine,
-                        ready_capacity=6)
-    policies = {p.stem: str(p) for p in POLICIES.glob("*.json")}
-    with Stack(StackConfig(settings=settings, model_dir=model_dir, policies=policies,
-                           concurrency={Stage.RUN: 6})) as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-def presets_client(presets_stack):
-    return RolloutClient.from_settings(presets_stack.settings)
 
 
 def task_for(preset: str, runtime: str, **agent) -> dict:
