@@ -66,3 +66,26 @@ def test_verify_exits_non_zero_on_a_violation(client, demo_task, stack, tmp_path
     out = subprocess.run([sys.executable, "-m", "infra.cli.main", "verify", "--file", str(path),
                           "--model", "demo-policy"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "VIOLATION" in out.stdout, out.stdout + out.stderr
+
+
+def test_real_merged_trajectories_convert_for_slime_verl_and_skyrl(client, demo_task):
+    """The adapters on trajectories the pipeline made: lengths agree, masks keep exactly the
+    sampled tokens, every trainable token has its behaviour logprob."""
+    from pipeline.trainers import groups, skyrl, slime, verl
+
+    demo_task.update(num_samples=2, builder={"strategy": "prefix_merging"})
+    _, status = run(client, demo_task)
+    group = groups.Group(status.task_id, status.results, expected=2)
+    assert group.complete and group.stats["usable"] == 2
+    adv = groups.advantages(group)
+    assert set(adv.values()) == {0.0}  # both solved the task: nothing to learn from this group
+    for result in status.results:
+        [trace] = result.trajectory.traces
+        [sample] = slime.to_samples(result, reward_key="score", advantage=adv)
+        assert len(sample["tokens"]) == len(trace.prompt_ids) + sample["response_length"]
+        assert sum(sample["loss_mask"]) == trace.trainable_tokens > 0
+        assert sample["status"] == "COMPLETED" and sample["reward"] == {"score": 1.0}
+        [out] = verl.to_agent_loop_outputs(result)
+        assert out["response_mask"] == sample["loss_mask"] and out["num_turns"] == 3
+    gen = skyrl.to_generator_output(status.results)
+    assert [len(m) for m in gen["loss_masks"]] == [len(r) for r in gen["response_ids"]]
