@@ -136,3 +136,33 @@ def test_doctor_runs_each_cli_and_one_real_session_per_cli(presets_stack, tools)
     for name, (_, version, _) in HARNESS_CLIS.items():
         assert f"{name}" in out.stdout and version in out.stdout
     assert out.stdout.count("smoke session") == len(HARNESS_CLIS) and "BAD" not in out.stdout, out.stdout
+
+
+def test_an_mcp_server_from_the_task_is_started_and_called_by_the_cli(presets_client, presets_stack):
+    """agent.settings.mcp_servers: claude_code starts the stdio server the task names and calls
+    its tool; the tool's answer is in the CLI's next model call."""
+    task = task_for("claude_code", "local", model_name="claude_code_mcp", settings={"mcp_servers": [
+        {"name": "stamp", "command": sys.executable, "args": [str(ROOT / "tests" / "fixtures" / "mcp_stamp_server.py")]}]})
+    task["evaluator"] = {"strategy": "session_completed"}
+    [result] = presets_client.wait(presets_client.submit(task), timeout=300, poll_seconds=0.5).results
+    assert result.status == SessionStatus.COMPLETED, result.error
+    stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
+    records, _ = stores.records.completions(result.session_id)
+    later = json.dumps([r.original_request.get("messages") for r in records[1:]])
+    assert "stamped:from-the-policy" in later, later[-3000:]
+
+
+@pytest.mark.parametrize("preset", ["claude_code", "codex"])
+def test_a_skills_folder_from_the_task_reaches_the_cli(preset, presets_client, presets_stack):
+    """agent.settings.skills_dir: the CLI finds the task's skills where it looks for its own and
+    tells the model about them (the skill's description is in its first model call)."""
+    task = task_for(preset, "local", settings={"skills_dir": str(ROOT / "tests" / "fixtures" / "skills")})
+    task["agent"]["model_name"] = "polar-smoke"
+    task["evaluator"] = {"strategy": "session_completed"}
+    [result] = presets_client.wait(presets_client.submit(task), timeout=300, poll_seconds=0.5).results
+    assert result.status == SessionStatus.COMPLETED, result.error
+    stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
+    records, _ = stores.records.completions(result.session_id)
+    assert "polar-rollout house style" in json.dumps(records[0].original_request)
+    skills = ROOT / "tests" / "fixtures" / "skills"
+    assert sorted(p.name for p in skills.iterdir()) == ["polar-greeting"]  # the CLI wrote nothing into it

@@ -16,7 +16,7 @@ from pipeline.schemas import SessionSpec, TaskRequest
 from pipeline.schemas.harness import HarnessOptions
 from workers import harnesses
 from workers.harnesses import HarnessContext
-from workers.harnesses.cli import HOME, CliHarness, options, refuse
+from workers.harnesses.cli import CliHarness, options, refuse
 
 KEY = "sk-polar-abc-" + "0" * 48
 ENV = {"OPENAI_BASE_URL": f"http://127.0.0.1:9/s/{KEY}/v1", "OPENAI_API_KEY": KEY,
@@ -97,7 +97,7 @@ def test_mcp_servers_take_each_clis_own_shape():
     claude = json.loads(preset("claude_code").files(ctx, options(ctx))[".claude/polar-mcp.json"])
     assert claude["mcpServers"]["b"]["type"] == "sse" and claude["mcpServers"]["c"]["type"] == "http"
     line = preset("claude_code").command(ctx).command
-    assert f"--mcp-config {HOME}/.claude/polar-mcp.json" in line and "--max-turns 7" in line
+    assert '--mcp-config "$HOME/.claude/polar-mcp.json"' in line and "--max-turns 7" in line
     oc = json.loads(preset("opencode").files(ctx_for("opencode", mcp_servers=servers),
                                              HarnessOptions(mcp_servers=servers))[".config/opencode/opencode.json"])
     assert oc["mcp"]["a"] == {"type": "local", "command": ["srv", "-v"], "environment": {}}

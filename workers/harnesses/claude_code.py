@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.schemas.harness import HarnessOptions
 from workers.harnesses.base import HarnessContext
-from workers.harnesses.cli import HOME, INSTRUCTION, CliHarness, model_name, to_json
+from workers.harnesses.cli import INSTRUCTION, CliHarness, Shell, model_name, to_json
 
 THINKING_TOKENS = {"low": 4_000, "medium": 10_000, "high": 31_999}
 MCP_FILE = ".claude/polar-mcp.json"
@@ -23,6 +23,7 @@ class ClaudeCodeHarness(CliHarness):
     name = "claude_code"
     cli = "claude"
     transcripts = (".claude/projects", ".claude/todos")
+    skills_home = ".claude/skills"  # personal skills: <name>/SKILL.md
 
     def files(self, ctx: HarnessContext, opts: HarnessOptions) -> dict[str, str]:
         out = {".claude/settings.json": to_json(opts.cli_settings)}
@@ -39,9 +40,8 @@ class ClaudeCodeHarness(CliHarness):
         if opts.max_turns:
             words += ["--max-turns", opts.max_turns]
         if opts.mcp_servers:
-            words += ["--mcp-config", f"{HOME}/{MCP_FILE}", "--strict-mcp-config"]
-        if opts.skills_dir:
-            words += ["--add-dir", opts.skills_dir]
+            # $HOME: the session's home as this runtime sees it (a host folder for local runtimes).
+            words += ["--mcp-config", Shell(f'"$HOME/{MCP_FILE}"'), "--strict-mcp-config"]
         return [*words, INSTRUCTION]
 
     def env(self, ctx: HarnessContext, opts: HarnessOptions) -> dict[str, str]:

@@ -68,6 +68,7 @@ class CliHarness:
     transcripts: tuple[str, ...] = ()  # HOME-relative folders where the CLI writes its own logs
     unsupported: dict[str, str] = {}  # option -> why this CLI cannot honour it
     stdin_instruction = False  # the instruction goes on stdin instead of argv
+    skills_home = ""  # HOME-relative folder where the CLI looks for skills (agent.settings.skills_dir links there)
 
     # --- what a preset says ---------------------------------------------------------------
 
@@ -96,8 +97,22 @@ class CliHarness:
                 src = Path(tmp) / str(i)
                 src.write_text(content)
                 runtime.upload(str(src), dst)
+        if opts.skills_dir:
+            self._link_skills(runtime, opts.skills_dir)
         if opts.version:
             self._check_version(runtime, opts.version)
+
+    def _link_skills(self, runtime: Runtime, skills_dir: str) -> None:
+        if not self.skills_home:
+            raise HarnessError(f"the {self.name} preset has no skills folder")
+        # Each skill is linked into the CLI's own folder, never the folder itself: CLIs write there
+        # (codex installs its bundled skills into it), and the task's folder must stay as it is.
+        src, target = shlex.quote(skills_dir.rstrip("/")), f'"$HOME/{self.skills_home}"'
+        res = runtime.exec(f"test -d {src} && mkdir -p {target} && for skill in {src}/*/; do "
+                           f'ln -sfn "${{skill%/}}" {target}/"$(basename "$skill")"; done',
+                           timeout=30, log_name="skills")
+        if res.exit_code != 0:
+            raise HarnessError(f"agent.settings.skills_dir {skills_dir!r} is not a folder in the runtime")
 
     def command(self, ctx: HarnessContext) -> AgentCommand:
         opts = options(ctx)

@@ -27,6 +27,7 @@ class CodexHarness(CliHarness):
     name = "codex"
     cli = "codex"
     transcripts = (".codex/sessions", ".codex/log")
+    skills_home = ".codex/skills"  # $CODEX_HOME/skills: <name>/SKILL.md
     unsupported = {"max_turns": "codex exec has no turn limit; the session budget bounds it",
                    "max_output_tokens": "codex has no output cap; the proxy clamps to the context"}
 
@@ -45,8 +46,6 @@ class CodexHarness(CliHarness):
             config["model_reasoning_effort"] = opts.reasoning_effort
         if opts.mcp_servers:
             config["mcp_servers"] = mcp_table(opts)
-        if opts.skills_dir:
-            config["skills"] = {"paths": [opts.skills_dir]}
         return {".codex/config.toml": dumps(deep_merge(config, opts.cli_settings))}
 
     def argv(self, ctx: HarnessContext, opts: HarnessOptions) -> list[Any]:
