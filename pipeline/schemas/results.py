@@ -150,3 +150,9 @@ class TaskStatus(BaseModel):
     finished_at: float | None = None
     callback: dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def completed_sessions(self) -> int:
+        """Polar's name for the sessions that have ended (its clients read this one)."""
+        return self.finished_sessions

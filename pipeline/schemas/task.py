@@ -8,6 +8,7 @@ The paper's A.3 payload, placeholders and all, parses unchanged.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import Any, Literal
@@ -161,6 +162,33 @@ class AgentSpec(_Spec):
     model_name: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    # Polar's names, folded into the fields above: a custom adapter's import path is the
+    # harness; MCP servers and the skills folder are preset settings.
+    import_path: str | None = None
+    mcp_servers: list[dict[str, Any]] | None = None
+    skills_path: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _polar_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("import_path"):
+            if data.get("harness") not in (None, data["import_path"]):
+                raise ValueError("give 'harness' or 'import_path', not both")
+            data["harness"] = data["import_path"]
+        folded = {k: data[k] for k, target in (("mcp_servers", "mcp_servers"), ("skills_path", "skills_dir"))
+                  if data.get(k) is not None}
+        if folded:
+            settings = dict(data.get("settings") or {})
+            for polar_name, value in folded.items():
+                target = "skills_dir" if polar_name == "skills_path" else polar_name
+                if target in settings:
+                    raise ValueError(f"'{polar_name}' is also set as settings.{target}: give it once")
+                settings[target] = value
+            data["settings"] = settings
+        return data
 
     @field_validator("custom_shell", mode="before")
     @classmethod
@@ -177,6 +205,9 @@ class AgentSpec(_Spec):
             self.harness = "shell"
         if self.harness == "shell" and self.custom_shell is None:
             raise ValueError("the 'shell' harness needs 'custom_shell'")
+        if self.harness not in plugins.CLI_PRESETS and (self.mcp_servers or self.skills_path):
+            raise ValueError(f"mcp_servers and skills_path are for the CLI presets ({', '.join(plugins.CLI_PRESETS)}), "
+                             f"not the {self.harness!r} harness")
         if self.harness in plugins.CLI_PRESETS:
             if self.custom_shell is not None:
                 raise ValueError(f"the {self.harness!r} preset runs its own CLI: leave 'custom_shell' out")
@@ -213,6 +244,15 @@ class TaskRequest(_Spec):
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     callback_url: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _agent_timeout(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Polar's metadata.agent_timeout: the agent's own budget, from RUN's start.
+        t = v.get("agent_timeout")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
+            raise ValueError("metadata.agent_timeout must be a positive, finite number of seconds")
+        return v
 
     @field_validator("task_id")
     @classmethod

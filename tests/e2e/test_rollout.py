@@ -95,3 +95,16 @@ def test_task_status_reports_sessions_and_pipeline(client, demo_task, stack):
     assert sorted(q for qs in data["workers"].values() for q in qs) == sorted(data["queues"])
     assert data["tasks"].get("completed", 0) >= 1
     assert status.sessions[0].trainable_tokens > 0
+
+
+def test_polars_agent_timeout_is_the_agents_own_budget(client, demo_task):
+    """metadata.agent_timeout (Polar's): a budget of its own, from RUN's start, however much of
+    the session's budget is left; what the agent did until then is still kept."""
+    demo_task.update(num_samples=1, timeout_seconds=300)
+    demo_task["metadata"]["agent_timeout"] = 6
+    demo_task["agent"]["custom_shell"]["command"] += " && sleep 60"
+    status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
+    [result] = status.results
+    assert result.status == SessionStatus.TIMEOUT and "6s agent_timeout" in result.error, result.error
+    assert result.trajectory.traces  # the calls made before the cut
+    assert status.model_dump(mode="json")["completed_sessions"] == 1

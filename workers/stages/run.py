@@ -44,16 +44,20 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     runtime = runtimes.attach(state.runtime or {})
     env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
+    agent_timeout = spec.metadata.get("agent_timeout")  # Polar's: the agent's own budget, from RUN's start
+    limit = min(remaining, float(agent_timeout)) if agent_timeout else remaining
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     try:
         res = runtime.exec(
-            cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=remaining, log_name="agent",
+            cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=limit, log_name="agent",
             should_cancel=_cancel_check(d, sid, lease),
         )
     finally:
         if warmup is not None:
             warmup.wait()
     if res.timed_out:
+        if limit < remaining:
+            return Outcome.TIMEOUT, f"agent exceeded its {float(agent_timeout):g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
     if res.cancelled:
         return Outcome.CANCELLED, "cancelled while the agent ran", None
