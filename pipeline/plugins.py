@@ -44,6 +44,7 @@ EVALUATORS = {
     "session_completed": "workers.evaluators.session_completed:SessionCompletedEvaluator",
     "command": "workers.evaluators.command:CommandEvaluator",
     "test_on_output": "workers.evaluators.test_on_output:TestOnOutputEvaluator",
+    "swebench_harness": "workers.evaluators.swebench_harness:SwebenchHarnessEvaluator",
 }
 BUILDERS = {
     "per_request": "pipeline.builders.per_request:PerRequestBuilder",
@@ -53,5 +54,5 @@ BUILDERS = {
 PLANNED = {
     "runtime backend": (),
     "harness": (),
-    "evaluator strategy": ("swebench_harness",),
+    "evaluator strategy": (),
 }

@@ -35,13 +35,17 @@ def model_dir(tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The tables the chaos suite (tests/chaos) and the harness presets (tests/e2e) write, when they ran."""
+    """The tables the chaos suite (tests/chaos), the harness presets and swebench_harness (tests/e2e) write,
+    when they ran."""
     _table(terminalreporter, config, "POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.jsonl", "chaos report", [
         "fault", "mid_stage", "submitted", "completed", "errored", "duplicates", "leaked_runtimes",
         "component_back_s", "task_done_after_fault_s", "callback_delivered_after_fault_s"], "tests/chaos")
     _table(terminalreporter, config, "POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl", "harness presets", [
         "harness", "version", "provider_api", "streamed", "runtime", "completions", "chains", "drifted_turns",
         "verified", "agent_s"], "tests/e2e")
+    _table(terminalreporter, config, "POLAR_SWEBENCH_REPORT", "/tmp/polar-swebench-report.jsonl", "swebench_harness", [
+        "scenario", "instance", "refresh_runtime", "reward", "resolved", "grading_s", "extract_s", "apply_s", "tests_s"],
+        "tests/e2e")
 
 
 def _table(terminalreporter, config, env: str, default: str, title: str, cols: list[str], tier: str) -> None:

@@ -90,3 +90,27 @@ def test_fuzz_applies_what_git_apply_refuses(make):
 def test_a_base_commit_that_is_not_a_name_is_refused(base):
     with pytest.raises(EvaluationError, match="not a commit name"):
         patch.diff_command("repo", base, [])
+
+
+def test_a_failed_apply_undoes_only_itself(make):
+    """Uncommitted work in the fresh tree (an eval_prepare step's) survives a patch that does not
+    apply; the attempts' own leftovers (.rej, .orig, half-applied hunks) do not."""
+    agent, fresh = make("sess-u"), make("sess-u.eval")
+    agent.exec("cd repo && sed -i 's/a - b/a + b/' calc.py && printf 'n\\n' > new.txt")
+    taken = patch.extract(agent, "repo")
+    fresh.exec("cd repo && printf 'completely different\\n' > calc.py && git commit -qam other && "
+               "printf 'prepared\\n' >> notes.txt && printf 'local\\n' > untracked.txt")
+    applied = patch.apply(fresh, taken, "repo")
+    assert not applied.ok
+    status = fresh.exec("cd repo && git status --porcelain && cat notes.txt untracked.txt").stdout
+    assert status == " M notes.txt\n?? untracked.txt\nkeep\nprepared\nlocal\n", status
+
+
+def test_a_patch_already_applied_is_refused_not_reversed(make):
+    agent, fresh = make("sess-r"), make("sess-r.eval")
+    agent.exec("cd repo && sed -i 's/a - b/a + b/' calc.py")
+    taken = patch.extract(agent, "repo")
+    fresh.exec("cd repo && sed -i 's/a - b/a + b/' calc.py && git commit -qam 'already fixed'")
+    applied = patch.apply(fresh, taken, "repo")
+    assert not applied.ok  # patch without --forward would "apply" it by reversing the fix
+    assert "a + b" in fresh.exec("cd repo && cat calc.py").stdout

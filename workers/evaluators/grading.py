@@ -17,7 +17,7 @@ def patched_runtime(ctx: EvalContext, repo_dir: str, base_commit: str, exclude: 
     if source is None or ctx.runtime is None:
         return EvalResult(0.0, metadata={**meta, "error": "no runtime to grade in"})
     taken = patch.extract(source, repo_dir, base_commit, exclude, timeout=ctx.budget(step_seconds))
-    meta.update(patch_files=taken.files, patch_bytes=len(taken.text.encode(errors="surrogateescape")))
+    meta.update(patch_files=taken.files, patch_bytes=len(taken.data))
     if taken.empty:
         return EvalResult(0.0, metadata={**meta, "empty_generation": True})
     if ctx.agent_runtime is not None:  # refresh_runtime: the fresh copy gets the change

@@ -29,20 +29,34 @@ PATCH_IN_SHELL = '"$POLAR_SESSION_DIR/artifacts/agent.patch"'  # the same file, 
 APPLY_STEPS = (
     ("git apply", "git apply --verbose {patch}"),
     ("git apply --reject", "git apply --verbose --reject {patch}"),
-    ("patch --fuzz", "patch --batch --fuzz=5 -p1 -i {patch}"),
+    # --forward: a patch that looks applied already is an error, never silently reversed.
+    ("patch --fuzz", "patch --batch --forward --fuzz=5 -p1 -i {patch}"),
 )
+# A failed attempt may leave hunks, .rej and .orig files behind. Undo exactly that: the tracked
+# state is snapshotted before the first attempt (``git stash create``, which changes nothing)
+# with the list of untracked files, and restored after each failure.
+UNDO_DIR = '"$POLAR_SESSION_DIR/tmp/patch-undo"'
+SNAPSHOT = (f"mkdir -p {UNDO_DIR} && git stash create > {UNDO_DIR}/snapshot && "
+            f"git ls-files --others --exclude-standard | sort > {UNDO_DIR}/untracked")
+RESTORE = (f'git reset -q --hard && snap="$(cat {UNDO_DIR}/snapshot)" && '
+           f'{{ [ -z "$snap" ] || git stash apply -q "$snap"; }} && '
+           f"git ls-files --others --exclude-standard | sort | comm -13 {UNDO_DIR}/untracked - | "
+           "tr '\\n' '\\0' | xargs -0 -r rm -f --")
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.M)
 
 
 @dataclass
 class Patch:
-    text: str
+    data: bytes  # exactly what git wrote (binary hunks included)
     files: list[str]
-    host_path: Path | None = None
+
+    @property
+    def text(self) -> str:
+        return self.data.decode(errors="surrogateescape")
 
     @property
     def empty(self) -> bool:
-        return not self.text.strip()
+        return not self.data.strip()
 
 
 @dataclass
@@ -73,27 +87,31 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
     res = runtime.exec(diff_command(repo_dir, base_commit, exclude_patterns), timeout=timeout, log_name="patch-diff")
     if res.exit_code != 0:
         raise EvaluationError(f"git diff in {repo_dir} failed ({res.exit_code}): {res.stderr[-500:]}")
-    folder = Path(tempfile.mkdtemp(prefix="polar-patch-"))
-    host = folder / "agent.patch"
-    runtime.download(PATCH_FILE, str(host))
-    text = host.read_text(errors="surrogateescape")
-    return Patch(text=text, files=split_files(text), host_path=host)
+    with tempfile.TemporaryDirectory(prefix="polar-patch-") as folder:
+        host = Path(folder) / "agent.patch"
+        runtime.download(PATCH_FILE, str(host))
+        data = host.read_bytes()
+    return Patch(data=data, files=split_files(data.decode(errors="surrogateescape")))
 
 
 def apply(runtime: Runtime, patch: Patch, repo_dir: str, timeout: float = 120) -> Applied:
-    """Apply ``patch`` in ``repo_dir`` of ``runtime``; git apply, then --reject, then patch --fuzz."""
-    if patch.host_path is None:
-        raise EvaluationError("the patch has no file to upload")
-    runtime.upload(str(patch.host_path), PATCH_FILE)
+    """Apply ``patch`` in ``repo_dir`` of ``runtime``; git apply, then --reject, then patch --fuzz,
+    each failure undone before the next (and after the last: the tests see the tree as it was)."""
+    with tempfile.TemporaryDirectory(prefix="polar-patch-") as folder:
+        host = Path(folder) / "agent.patch"
+        host.write_bytes(patch.data)
+        runtime.upload(str(host), PATCH_FILE)
+    repo = f"cd {shlex.quote(repo_dir)}"
+    snap = runtime.exec(f"{repo} && {SNAPSHOT}", timeout=timeout, log_name="patch-snapshot")
+    if snap.exit_code != 0:
+        raise EvaluationError(f"{repo_dir} is not a git work tree here: {snap.stderr[-300:]}")
     logs = []
     for method, template in APPLY_STEPS:
-        cmd = f"cd {shlex.quote(repo_dir)} && {template.format(patch=PATCH_IN_SHELL)}"
-        res = runtime.exec(cmd, timeout=timeout, log_name="patch-apply")
+        res = runtime.exec(f"{repo} && {template.format(patch=PATCH_IN_SHELL)}", timeout=timeout, log_name="patch-apply")
         logs.append(f"$ {method}: exit {res.exit_code}\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
         if res.exit_code == 0:
             return Applied(True, method, "\n".join(logs))
-        # A failed attempt may leave applied hunks, .rej and .orig files: back to the commit
-        # before the next one (and after the last, so the tests see the untouched tree).
-        runtime.exec(f"cd {shlex.quote(repo_dir)} && git checkout -- . && git clean -fdq",
-                     timeout=timeout, log_name="patch-undo")
+        undo = runtime.exec(f"{repo} && {RESTORE}", timeout=timeout, log_name="patch-undo")
+        if undo.exit_code != 0:
+            logs.append(f"undo failed: {undo.stderr[-500:]}")
     return Applied(False, None, "\n".join(logs))

@@ -19,16 +19,22 @@ from workers.stages.common import Deps, Skip, log
 from workers.stages.eval_runtime import eval_runtime_problem, teardown
 
 
-def keep_artifacts(d: Deps, state: SessionState) -> Path | None:
-    """Copy the agent's output and the harness's transcripts out before teardown (never fails
-    the session: a full disk loses the copy, not the result)."""
+def keep_artifacts(d: Deps, state: SessionState, eval_runtime: dict | None) -> Path | None:
+    """Copy the agent's output and the harness's transcripts out before teardown, and what the
+    grading left in the evaluation runtime under ``eval/`` (never fails the session: a full disk
+    loses the copy, not the result)."""
     if not (d.settings.keep_artifacts and state.runtime and state.runtime.get("root")):
         return None
+    dest = artifacts.folder_for(d.settings.home, state.spec.task_id, state.session_id)
+    budget = d.settings.artifacts_max_mb * 1024 * 1024
     try:
         harness = harnesses.create(state.spec.agent.harness or "shell")
-        return artifacts.keep(Path(state.runtime["root"]), artifacts.folder_for(
-            d.settings.home, state.spec.task_id, state.session_id), getattr(harness, "transcripts", ()),
-            state.key or "", d.settings.artifacts_max_mb * 1024 * 1024)
+        kept = artifacts.keep(Path(state.runtime["root"]), dest, getattr(harness, "transcripts", ()),
+                              state.key or "", budget)
+        if eval_runtime and eval_runtime.get("root") and \
+                artifacts.keep(Path(eval_runtime["root"]), dest / "eval", (), state.key or "", budget):
+            kept = dest
+        return kept
     except Exception as exc:
         log.warning("evaluate %s: keeping artifacts failed: %s", state.session_id, exc)
         return None
@@ -65,7 +71,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         eval_error = f"evaluation failed: {exc}"
         log.warning("evaluate %s: %s", sid, eval_error)
     finally:
-        kept = keep_artifacts(d, state)
+        kept = keep_artifacts(d, state, fresh.eval_runtime)
         teardown(sid, state.runtime, fresh.eval_runtime)
     fresh = d.stores.sessions.get(sid) or state
     status = outcome.terminal_status()
