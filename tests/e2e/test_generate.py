@@ -64,3 +64,21 @@ def test_generate_keeps_exactly_the_accepted_and_resumes_without_redoing(presets
     import pyarrow.parquet as pq
 
     assert pq.read_table(out / "trajectories.parquet").num_rows == len(rows)
+
+
+def test_generate_on_swebench_instances_keeps_only_the_resolved_one(presets_stack, tmp_path):
+    """The local SWE-style instances (infra/images/swe/) in their own images, graded by
+    swebench_harness in a fresh runtime; the scripted pi fix (``pi_calckit_fix``: calckit's gold
+    patch) resolves calckit and changes nothing in the others."""
+    out = tmp_path / "out"
+    env = {**os.environ, **presets_stack.settings.to_env()}
+    done = subprocess.run([sys.executable, "-m", "infra.cli.main", "generate",
+                           str(ROOT / "tests" / "fixtures" / "swe_instances" / "instances.jsonl"), "--harness", "pi",
+                           "--model", "pi_calckit_fix", "--out", str(out), "--timeout", "300"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = [json.loads(x) for x in (out / "state.jsonl").read_text().splitlines()]
+    assert {r["instance_id"] for r in state if r["accepted"]} == {"polar-fixtures__calckit-1"}, state
+    assert len(state) == 3 and "total" in done.stdout
+    [row] = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert row["repo"] == "polar-fixtures/calckit" and sum(row["loss_mask"]) > 0
