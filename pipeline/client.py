@@ -3,7 +3,8 @@
     client = RolloutClient("http://rollout:8090", redis_url="redis://...")
     task_id = client.submit(task)
     for item in client.results(group="trainer", consumer="rank0"):
-        train_on(item.result)      # a SessionResult with token-faithful traces
+        train_on(item.arrays)      # numpy views of each trace's ids, mask and logprobs (no copy)
+        # or item.result: the SessionResult (pydantic: an object per token, ~1 s per million)
         item.ack()                 # only after it is safely in the replay buffer
 
 Delivery is at-least-once (a consumer group with acks); ``results`` drops duplicates of a
@@ -24,6 +25,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import redis
 
+from pipeline.blobs import ResultArrays
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
 from pipeline.settings import Settings
 from pipeline.stores.results_stream import ResultsStream, StreamEntry
@@ -41,9 +43,20 @@ class RolloutError(Exception):
 
 @dataclass
 class Delivery:
+    """One stream entry; the blob is decoded on first access, the way the trainer asks for it."""
+
     entry_id: str
-    result: SessionResult
+    entry: StreamEntry
     _ack: Callable[[], object]
+
+    @property
+    def result(self) -> SessionResult:
+        return self.entry.result
+
+    @property
+    def arrays(self) -> ResultArrays:
+        """Each trace's ids, loss mask and logprobs as read-only numpy views (pipeline/blobs/arrays.py)."""
+        return self.entry.arrays
 
     def ack(self) -> None:
         self._ack()
@@ -127,7 +140,7 @@ class RolloutClient:
                 seen[e.session_id] = None
                 if len(seen) > dedupe_window:
                     seen.popitem(last=False)
-                yield Delivery(e.entry_id, e.result, functools.partial(stream.ack, group, e.entry_id))
+                yield Delivery(e.entry_id, e, functools.partial(stream.ack, group, e.entry_id))
 
         while True:
             try:

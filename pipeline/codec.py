@@ -21,7 +21,7 @@ def pack(obj: Any) -> bytes:
         return msgpack.packb(_wide_ints_as_text(obj), use_bin_type=True)
 
 
-def unpack(blob: bytes) -> Any:
+def unpack(blob: bytes | bytearray | memoryview) -> Any:
     return msgpack.unpackb(blob, raw=False, strict_map_key=False)
 
 

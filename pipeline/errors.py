@@ -8,6 +8,7 @@ configs too)::
      │    ├── TransitionRefused   a session status write the state machine forbids
      │    ├── TaskExists          submit of a task id that is taken
      │    └── TaskNotFound
+     ├── BlobFormatError          a result or trajectory blob this code cannot read (pipeline/blobs)
      ├── BuildError               seam: trajectory builders      (pipeline/builders)
      ├── EngineError              seam: upstream engine dialects (proxy/upstream)
      │    └── CaptureError        the engine answered without the ids capture needs
@@ -48,6 +49,11 @@ class TaskExists(StateError):
 
 class TaskNotFound(StateError):
     pass
+
+
+class BlobFormatError(PolarError, ValueError):
+    """A blob of an unknown ``blob_version``, or malformed (docs/result-blobs.md). A ValueError
+    too, so pydantic reports it as a validation error when a schema meets such a blob."""
 
 
 class BuildError(PolarError):

@@ -35,12 +35,12 @@ def session_calls(sid: str) -> str:
 
 
 def session_trajectory(sid: str) -> str:
-    """msgpack Trajectory built by POSTRUN, rewarded by EVALUATE."""
+    """Trajectory blob (docs/result-blobs.md) built by POSTRUN, rewarded by EVALUATE."""
     return f"{PREFIX}:sess:{{{sid}}}:trajectory"
 
 
 def session_result(sid: str) -> str:
-    """msgpack SessionResult, the terminal record (kept for polling after publication)."""
+    """SessionResult blob (docs/result-blobs.md), the terminal record (kept for polling after publication)."""
     return f"{PREFIX}:sess:{{{sid}}}:result"
 
 

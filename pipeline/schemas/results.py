@@ -8,7 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 
 from pipeline.status import SessionStatus, TaskState
 
+# The content schema (fields and their meaning), the same in JSON and in blobs. How a blob lays
+# those fields out is versioned apart: ``blob_version`` (pipeline/blobs, docs/result-blobs.md).
 SCHEMA_VERSION = 1
+
+
+def _plain_if_packed(data: Any) -> Any:
+    """A version-2 blob unpacked by a generic msgpack reader validates too, so
+    ``SessionResult.model_validate(msgpack.unpackb(blob))`` reads either blob version."""
+    if isinstance(data, dict) and "blob_version" in data:
+        from pipeline.blobs.layout import plain_from_unpacked  # the layout is loaded only when met
+
+        return plain_from_unpacked(data)
+    return data
 
 
 class TokenLogprob(BaseModel):
@@ -54,6 +66,11 @@ class Trajectory(BaseModel):
     traces: list[Trace] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_packed_blob(cls, data: Any) -> Any:
+        return _plain_if_packed(data)
 
 
 class SessionTiming(BaseModel):
@@ -108,6 +125,11 @@ class SessionResult(BaseModel):
     error: str | None = None
     evaluation: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_packed_blob(cls, data: Any) -> Any:
+        return _plain_if_packed(data)
 
     def summary(self) -> "SessionSummary":
         traces = self.trajectory.traces

@@ -1,5 +1,6 @@
 """What the stages produce for one session: the trajectory (POSTRUN, rewarded by EVALUATE) and
-the terminal ``SessionResult`` (EVALUATE, published by CALLBACK, kept for polling)."""
+the terminal ``SessionResult`` (EVALUATE, published by CALLBACK, kept for polling). Both are
+result blobs (``pipeline/blobs``); blobs written before version 2 still decode."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import redis
 
 from pipeline import keys
-from pipeline.codec import blob, pack, unpack
-from pipeline.schemas import SessionResult, Trajectory
+from pipeline.blobs import decode_result, decode_trajectory, encode_result, encode_trajectory, summary_from_blob
+from pipeline.codec import blob
+from pipeline.schemas import SessionResult, SessionSummary, Trajectory
 
 
 class OutputStore:
@@ -18,14 +20,14 @@ class OutputStore:
         self.ttl = ttl_seconds
 
     def save_trajectory(self, session_id: str, trajectory: Trajectory) -> None:
-        self._r.set(keys.session_trajectory(session_id), pack(trajectory), ex=self.ttl)
+        self._r.set(keys.session_trajectory(session_id), encode_trajectory(trajectory), ex=self.ttl)
 
     def trajectory(self, session_id: str) -> Trajectory | None:
         raw = self._r.get(keys.session_trajectory(session_id))
-        return Trajectory.model_validate(unpack(blob(raw))) if raw else None
+        return decode_trajectory(blob(raw)) if raw else None
 
     def save_result(self, session_id: str, result: SessionResult) -> None:
-        self._r.set(keys.session_result(session_id), pack(result), ex=self.ttl)
+        self._r.set(keys.session_result(session_id), encode_result(result), ex=self.ttl)
 
     def result(self, session_id: str) -> SessionResult | None:
         return self.parse_result(self._r.get(keys.session_result(session_id)))
@@ -34,12 +36,17 @@ class OutputStore:
         return bool(self._r.exists(keys.session_result(session_id)))
 
     def queue_result(self, pipe: Any, session_id: str) -> None:
-        """Add to ``pipe`` the read that ``parse_result`` decodes."""
+        """Add to ``pipe`` the read that ``parse_result`` or ``parse_summary`` decodes."""
         pipe.get(keys.session_result(session_id))
 
     @staticmethod
     def parse_result(raw: bytes | str | None) -> SessionResult | None:
-        return SessionResult.model_validate(unpack(blob(raw))) if raw is not None else None
+        return decode_result(blob(raw)) if raw is not None else None
+
+    @staticmethod
+    def parse_summary(raw: bytes | str | None) -> SessionSummary | None:
+        """The result's summary, its token counts read from the arrays: no trace is built."""
+        return summary_from_blob(blob(raw)) if raw is not None else None
 
     def expire_trajectory(self, session_id: str, ttl_seconds: int) -> None:
         self._r.expire(keys.session_trajectory(session_id), ttl_seconds)

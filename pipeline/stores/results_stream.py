@@ -1,4 +1,7 @@
-"""The results stream: one msgpack ``SessionResult`` per terminal session (schema version inside).
+"""The results stream: one result blob (``pipeline/blobs``, docs/result-blobs.md) per terminal
+session. Entries carry ``session_id``, ``task_id``, ``schema_version`` and ``blob_version`` beside
+the blob, so a consumer can route or skip an entry without decoding it; reading decodes lazily:
+``StreamEntry.arrays`` for numpy views, ``.result`` for the pydantic model.
 
 Publishing is guarded by a per-session marker so a redelivered callback stage does not append
 again. The marker is written after XADD, so a crash in that microsecond window can still produce
@@ -9,12 +12,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import redis
 
 from pipeline import keys
-from pipeline.codec import blob, pack, text, unpack
+from pipeline.blobs import BLOB_VERSION, ResultArrays, decode_arrays, decode_result, encode_result
+from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
 
 _PENDING = b"pending:"
@@ -25,7 +30,16 @@ PUBLISH_CLAIM_SECONDS = 60
 class StreamEntry:
     entry_id: str
     session_id: str
-    result: SessionResult
+    blob: bytes
+
+    @cached_property
+    def result(self) -> SessionResult:
+        return decode_result(self.blob)
+
+    @cached_property
+    def arrays(self) -> ResultArrays:
+        """The result with each trace's ids, mask and logprobs as numpy views of the blob."""
+        return decode_arrays(self.blob)
 
 
 class ResultsStream:
@@ -56,8 +70,8 @@ class ResultsStream:
             return None
         entry_id = text(self._r.xadd(
             self.stream,
-            {"data": pack(result), "session_id": result.session_id, "task_id": result.task_id,
-             "schema_version": str(result.schema_version)},
+            {"data": encode_result(result), "session_id": result.session_id, "task_id": result.task_id,
+             "schema_version": str(result.schema_version), "blob_version": str(BLOB_VERSION)},
             maxlen=self.maxlen,
             approximate=True,
         ))
@@ -83,13 +97,13 @@ class ResultsStream:
         """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
         resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
                                   count=count, block=None if pending else block_ms)
-        return [e for _, entries in (resp or []) for e in map(_decode, entries) if e is not None]
+        return [e for _, entries in (resp or []) for e in map(_entry, entries) if e is not None]
 
     def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 16) -> list[StreamEntry]:
         """Take over entries another consumer read but never acked (it died)."""
         reply: Any = self._r.xautoclaim(self.stream, group, consumer, min_idle_ms, start_id="0-0", count=count)
         entries = reply[1]
-        return [e for e in map(_decode, entries) if e is not None]
+        return [e for e in map(_entry, entries) if e is not None]
 
     def ack(self, group: str, *entry_ids: str) -> int:
         return int(self._r.xack(self.stream, group, *entry_ids)) if entry_ids else 0
@@ -102,13 +116,12 @@ class ResultsStream:
         return None
 
 
-def _decode(entry: tuple) -> StreamEntry | None:
-    entry_id, fields = entry
+def _entry(reply: tuple) -> StreamEntry | None:
+    entry_id, fields = reply
     if not fields:  # deleted by trimming while pending
         return None
-    data = fields.get(b"data")
-    result = SessionResult.model_validate(unpack(data))
-    return StreamEntry(entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-                       result.session_id, result)
+    data = blob(fields[b"data"])
+    session_id = fields.get(b"session_id")
+    return StreamEntry(text(entry_id), text(session_id) if session_id else decode_arrays(data).session_id, data)
 
 

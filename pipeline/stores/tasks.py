@@ -104,10 +104,11 @@ class TaskStore:
             st, index, timing = self.sessions.parse_summary(row)
             name = st.value if st else "MISSING"
             counts[name] = counts.get(name, 0) + 1
-            result = self.outputs.parse_result(blob)
-            if result is not None:
-                summaries.append(result.summary())
-                if include_results:
+            result = self.outputs.parse_result(blob) if include_results else None
+            summary = result.summary() if result is not None else self.outputs.parse_summary(blob)
+            if summary is not None:
+                summaries.append(summary)
+                if result is not None:
                     results.append(result)
             elif st is not None:
                 summaries.append(SessionSummary(session_id=sid, sample_index=index, status=st,

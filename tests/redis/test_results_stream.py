@@ -28,13 +28,35 @@ def test_publish_once_under_concurrent_redelivery(r):
     assert stream.publish_once(result("s1")) == stream.published_id("s1")
 
 
-def test_blob_is_msgpack_with_schema_version(r):
+def test_blob_is_msgpack_with_schema_and_blob_versions(r):
     import msgpack
+    import numpy as np
 
     ResultsStream(r).publish_once(result("s1"))
     [(_, fields)] = r.xrange(keys.RESULTS_STREAM)
-    blob = msgpack.unpackb(fields[b"data"])
-    assert blob["schema_version"] == 1 and blob["trajectory"]["traces"][0]["response_ids"] == [3]
+    assert fields[b"schema_version"] == b"1" and fields[b"blob_version"] == b"2"
+    blob = msgpack.unpackb(fields[b"data"])  # any msgpack reader can take it apart
+    assert blob["schema_version"] == 1 and blob["blob_version"] == 2 and blob["session_id"] == "s1"
+    ref = blob["trajectory"]["traces"][0]["response_ids"]
+    assert ref["dtype"] == "<i4" and ref["count"] == 1
+    assert np.frombuffer(blob["arrays"], "<i4", ref["count"], ref["offset"]).tolist() == [3]
+
+
+def test_a_version_1_entry_left_in_the_stream_is_still_delivered(r, redis_url):
+    """Entries published before the upgrade (the pydantic dump, msgpack-packed) stay readable."""
+    from pipeline.codec import pack
+
+    old = result("old")
+    r.xadd(keys.RESULTS_STREAM, {"data": pack(old), "session_id": "old", "task_id": "t", "schema_version": "1"})
+    ResultsStream(r).publish_once(result("new"))
+    items = list(RolloutClient("http://unused", redis_url=redis_url).results(
+        group="g", consumer="c", block_ms=100, stop_after=0.3))
+    assert [i.result.session_id for i in items] == ["old", "new"]
+    assert items[0].result == old and items[1].result == result("new")
+    for item in items:
+        [trace] = item.arrays.traces
+        assert trace.response_ids.tolist() == [3] and trace.response_logprobs.tolist() == [-0.5]
+        assert trace.loss_mask.tolist() == [1] and item.arrays.reward == 1.0
 
 
 def test_consumer_group_redelivers_unacked_and_dedupes(r, redis_url):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bench import merge_bench, record_bench
+from bench import blob_bench, merge_bench, record_bench
 
 
 def test_record_bench_converts_and_records_every_provider():
@@ -18,3 +18,9 @@ def test_record_bench_converts_and_records_every_provider():
 def test_merge_bench_session_merges_into_its_conversations():
     records = merge_bench.session(conversations=2, turns=3, base=50, response=5, tool=4)
     assert merge_bench.timed(records, repeat=1) > 0
+
+
+def test_blob_bench_measures_both_shapes_and_formats():
+    for make in (blob_bench.merged, blob_bench.per_request):
+        m = blob_bench.measure(make(3000, messages=True), repeat=1)
+        assert 2000 < m["tokens"] <= 3000 and m["new_bpt"] < m["old_bpt"] and m["arrays"] > 0
