@@ -1,0 +1,111 @@
+"""An RL trainer's loop against polar-rollout, short of the gradient step (no GPU needed).
+
+Each step: submit tasks (a GRPO group each: ``num_samples`` sessions) stamped with the current
+policy version, consume results from the stream through a consumer group, close each group when
+all its sessions are in, drop stale sessions, compute group advantages, print the step's stats;
+then the weight swap: pause the proxy (in-flight calls drain, new ones wait), "load" the new
+weights, resume with the next policy version.
+
+    polar up &                       # or any running stack
+    .venv/bin/python examples/trainer.py --steps 3 --tasks 2 --group-size 4 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.cli.state import client_settings  # noqa: E402  (a running `polar up`'s URLs and tokens)
+from pipeline.client import RolloutClient, load_task_file  # noqa: E402
+from pipeline.trainers import groups  # noqa: E402
+
+
+def submit_step(client: RolloutClient, step: int, version: int, tasks: int, group_size: int) -> dict[str, int]:
+    base = load_task_file(ROOT / "examples" / "demo_task.json")
+    submitted = {}
+    for i in range(tasks):
+        task = copy.deepcopy(base)
+        task.update(task_id=f"train-s{step}-t{i}-{uuid.uuid4().hex[:6]}", num_samples=group_size)
+        task["metadata"].update(group_id=task["task_id"], policy_version=str(version), rollout_step=str(step))
+        submitted[client.submit(task)] = group_size
+    return submitted
+
+
+def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: float) -> list[groups.Group]:
+    """Read the stream until every submitted task's group is complete (acking as we go: the
+    results are in this process's buffer from then on)."""
+    pending: dict[str, list] = defaultdict(list)
+    done: list[groups.Group] = []
+    deadline = time.monotonic() + timeout
+    for item in client.results(group="example-trainer", consumer="rank0", block_ms=1000, stop_after=timeout):
+        result = item.result
+        if result.task_id in expected:
+            pending[result.task_id].append(result)
+            if len(pending[result.task_id]) == expected[result.task_id]:
+                done.append(groups.Group(result.task_id, pending.pop(result.task_id), expected[result.task_id]))
+        item.ack()
+        if len(done) == len(expected) or time.monotonic() > deadline:
+            break
+    return done
+
+
+def weight_swap(proxy_url: str, admin_token: str | None, next_version: int) -> dict:
+    headers = {"x-polar-admin-token": admin_token or ""}
+    with httpx.Client(base_url=proxy_url, headers=headers, timeout=120) as admin:
+        paused = admin.post("/admin/pause", params={"timeout_seconds": 60}).json()
+        time.sleep(0.2)  # the new weights would be loaded into the engine here
+        resumed = admin.post("/admin/resume", json={"policy_version": str(next_version)}).json()
+    return {"drained": paused.get("drained"), "policy_version": resumed.get("policy_version")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=2, help="GRPO groups per step")
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-lag", type=int, default=1, help="drop sessions sampled this many versions back")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", action="store_true", help="one JSON line per step instead of text")
+    args = ap.parse_args()
+    settings = client_settings()
+    client = RolloutClient.from_settings(settings)
+    version = 0
+    for step in range(args.steps):
+        started = time.monotonic()
+        expected = submit_step(client, step, version, args.tasks, args.group_size)
+        closed = collect_groups(client, expected, args.timeout)
+        fresh = [groups.Group(g.task_id, [r for r in g.results if not groups.stale(r, version, args.max_lag)],
+                              g.expected) for g in closed]
+        adv = {k: v for g in fresh for k, v in groups.advantages(g).items()}
+        row = {"step": step, "policy_version": version, "groups": len(closed),
+               "sessions": sum(len(g.results) for g in closed), "stale_dropped": sum(
+                   len(c.results) - len(f.results) for c, f in zip(closed, fresh)),
+               "usable": sum(g.stats["usable"] for g in fresh),
+               "reward_mean": round(sum(g.stats["reward_mean"] * g.stats["usable"] for g in fresh if g.stats["usable"])
+                                    / max(1, sum(g.stats["usable"] for g in fresh)), 4),
+               "trainable_tokens": sum(g.stats["trainable_tokens"] for g in fresh), "advantages": len(adv),
+               "traces": sum(len(r.trajectory.traces) for g in fresh for r in g.usable()),
+               "seconds": round(time.monotonic() - started, 1)}
+        swap = weight_swap(settings.proxy_url or "", settings.secret("admin_token"), version + 1)
+        version = int(swap["policy_version"] or version + 1)
+        row["swap_drained"] = swap["drained"]
+        print(json.dumps(row) if args.json else
+              f"step {row['step']}: v{row['policy_version']} {row['groups']} groups, {row['usable']}/{row['sessions']} "
+              f"usable, reward {row['reward_mean']}, {row['trainable_tokens']} trainable tokens, "
+              f"{row['advantages']} advantages, {row['seconds']} s; swap drained={row['swap_drained']}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
