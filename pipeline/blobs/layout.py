@@ -67,7 +67,8 @@ def pack_floats(values: list[float], *, flags: bool = False) -> tuple[str, bytes
         return "|u1", wide.astype(np.uint8).tobytes()
     with np.errstate(over="ignore"):  # an overflow to inf just fails the exactness test below
         narrow = wide.astype("<f4")
-    if np.array_equal(narrow.astype(np.float64), wide, equal_nan=True):
+    # Compared as bits: a NaN whose payload float32 cannot hold must not come back another NaN.
+    if np.array_equal(narrow.astype(np.float64).view(np.uint64), wide.view(np.uint64)):
         return "<f4", narrow.tobytes()
     return "<f8", wide.astype("<f8").tobytes()
 

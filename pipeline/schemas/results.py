@@ -125,6 +125,7 @@ class SessionResult(BaseModel):
     error: str | None = None
     evaluation: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    node_id: str | None = None  # Polar's name: the worker host that graded and finished the session
 
     @model_validator(mode="before")
     @classmethod

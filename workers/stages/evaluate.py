@@ -4,6 +4,7 @@ tear both down and store the terminal ``SessionResult`` for CALLBACK to publish.
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         reward=reward, trajectory=trajectory, error=error or eval_error, evaluation=evaluation,
         metadata={**spec.metadata, "harness": spec.agent.harness, "model_name": spec.agent.model_name,
                   **({"artifacts_dir": str(kept)} if kept else {})},
+        node_id=socket.gethostname(),
     )
     result.timing = fresh.timing.model_copy(update={"evaluate_started_at": started,
                                                     "evaluate_ended_at": time.time()})
