@@ -8,7 +8,8 @@
         item.ack()                 # only after it is safely in the replay buffer
 
 Delivery is at-least-once (a consumer group with acks); ``results`` drops duplicates of a
-session it has already yielded, so a re-published result is never trained on twice.
+session the group has already acked (remembered in Redis, so across restarts), so a re-published
+result is never trained on twice; poison entries go to a dead-letter stream.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import functools
 import json
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -48,6 +48,7 @@ class Delivery:
     entry_id: str
     entry: StreamEntry
     _ack: Callable[[], object]
+    _nack: Callable[[], object] = lambda: None
 
     @property
     def result(self) -> SessionResult:
@@ -58,15 +59,28 @@ class Delivery:
         """Each trace's ids, loss mask and logprobs as read-only numpy views (pipeline/blobs/arrays.py)."""
         return self.entry.arrays
 
+    @property
+    def deliveries(self) -> int:
+        """How often this entry has been delivered to the group, this time included."""
+        return self.entry.deliveries
+
     def ack(self) -> None:
+        """The result is safely taken: the group will not deliver it (or a duplicate) again."""
         self._ack()
+
+    def nack(self) -> None:
+        """Hand the entry back: it is delivered again, until ``max_deliveries`` (then dead-lettered)."""
+        self._nack()
 
 
 class RolloutClient:
     def __init__(self, api_url: str, *, redis_url: str | None = None, api_token: str | None = None,
-                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 max_deliveries: int = 5) -> None:
         """``api_token``: the API's bearer token (POLAR_API_TOKEN); ``transport``: another way to
-        reach the API (tests: ``httpx.WSGITransport(app=...)``)."""
+        reach the API (tests: ``httpx.WSGITransport(app=...)``); ``max_deliveries``: see
+        ``results`` (POLAR_RESULTS_MAX_DELIVERIES)."""
+        self.max_deliveries = max_deliveries
         self.api_url = api_url.rstrip("/")
         self.redis_url = redis_url
         headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
@@ -74,6 +88,7 @@ class RolloutClient:
 
     @classmethod
     def from_settings(cls, settings: Settings, **kw: Any) -> "RolloutClient":
+        kw.setdefault("max_deliveries", settings.results_max_deliveries)
         return cls(settings.api_url, redis_url=settings.redis_url, api_token=settings.secret("api_token"), **kw)
 
     # --- tasks -------------------------------------------------------------------------------
@@ -88,6 +103,14 @@ class RolloutClient:
 
     def cancel(self, task_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/rollout/task/{task_id}")
+
+    def session(self, session_id: str) -> SessionResult:
+        """A finished session's result (from Redis, or its results file once Redis forgot it)."""
+        return SessionResult.model_validate(self._call("GET", f"/rollout/session/{session_id}"))
+
+    def completions(self, session_id: str) -> dict[str, Any]:
+        """A finished session's raw completion records: ``completions``, ``errors``, ``unreadable_records``."""
+        return self._call("GET", f"/rollout/session/{session_id}/completions")
 
     def pipeline_status(self) -> dict[str, Any]:
         return self._call("GET", "/rollout/status")
@@ -117,49 +140,81 @@ class RolloutClient:
 
     def results(self, *, group: str, consumer: str, block_ms: int = 5000, count: int = 16,
                 stop_after: float | None = None, claim_idle_ms: int = 300_000,
-                dedupe_window: int = 100_000) -> Iterator[Delivery]:
+                max_deliveries: int | None = None, dedupe_seconds: float = 7 * 24 * 3600) -> Iterator[Delivery]:
         """Yield results from the stream through a consumer group, forever or until
-        ``stop_after`` seconds pass without a new result. Unacked entries of this consumer are
-        delivered first (restart), then entries idle in dead consumers, then new ones. When Redis
-        goes away the iterator waits and reconnects with back-off (re-reading its own unacked
-        entries first: nothing is skipped) instead of ending."""
+        ``stop_after`` seconds pass without a new result.
+
+        - Unacked entries of this consumer are delivered first (a restart loses nothing), then,
+          at start and every ``claim_idle_ms / 2``, entries idle that long in other consumers
+          (they died), then new ones.
+        - A session this group has acked before (``Delivery.ack``, remembered in Redis for
+          ``dedupe_seconds``) or that this iterator is already holding is acked and skipped: a
+          session published twice is trained on once, across restarts too.
+        - ``Delivery.nack()`` hands an entry back: it is delivered again. An entry delivered
+          ``max_deliveries`` times without an ack (nacked, or its consumer kept dying on it),
+          undecodable, or trimmed while pending goes to the dead-letter stream instead.
+        - When Redis goes away the iterator waits and reconnects with back-off (re-reading its
+          own unacked entries first: nothing is skipped) instead of ending."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
         from pipeline.stores.connection import connect
 
         stream = ResultsStream(connect(self.redis_url))
-        seen: OrderedDict[str, None] = OrderedDict()
+        limit = max_deliveries or self.max_deliveries
+        holding: dict[str, str] = {}  # session -> entry yielded and neither acked nor nacked yet
+        nacked: list[str] = []
         idle_since = time.monotonic()
         backoff = RECONNECT_FIRST_SECONDS
+        claim_every = max(claim_idle_ms / 2000, 0.05)
+
+        def settle(e: StreamEntry, nack: bool) -> None:
+            holding.pop(e.session_id, None)
+            if nack:
+                nacked.append(e.entry_id)
+            else:
+                stream.ack_delivered(group, e.entry_id, e.session_id, dedupe_seconds)
 
         def deliver(batch: list[StreamEntry]) -> Iterator[Delivery]:
+            good = []
             for e in batch:
-                if e.session_id in seen:  # a duplicate publication: acknowledge and skip
-                    stream.ack(group, e.entry_id)
+                why = _poison(e, limit)
+                if why:
+                    stream.dead_letter(group, consumer, e, why)
+                else:
+                    good.append(e)
+            done = stream.delivered(group, [e.session_id for e in good])
+            for e in good:
+                held = holding.get(e.session_id)
+                if e.session_id in done or (held is not None and held != e.entry_id):
+                    stream.ack(group, e.entry_id)  # a duplicate publication
                     continue
-                seen[e.session_id] = None
-                if len(seen) > dedupe_window:
-                    seen.popitem(last=False)
-                yield Delivery(e.entry_id, e, functools.partial(stream.ack, group, e.entry_id))
+                holding[e.session_id] = e.entry_id
+                yield Delivery(e.entry_id, e, functools.partial(settle, e, False), functools.partial(settle, e, True))
 
         while True:
             try:
                 stream.ensure_group(group)
                 yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
-                yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms, count=1000))
+                last_claim = 0.0
                 while True:
-                    batch = stream.read(group, consumer, pending=False, count=count, block_ms=block_ms)
+                    if time.monotonic() - last_claim >= claim_every:
+                        last_claim = time.monotonic()
+                        yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms))
+                    while nacked:
+                        again, nacked[:] = list(nacked), []
+                        yield from deliver(stream.reclaim(group, consumer, again))
+                    wait = min(block_ms, max(1, int(claim_every * 1000)))
+                    batch = stream.read(group, consumer, pending=False, count=count, block_ms=wait)
                     backoff = RECONNECT_FIRST_SECONDS
                     if batch:
                         idle_since = time.monotonic()
                         yield from deliver(batch)
-                    elif stop_after is not None and time.monotonic() - idle_since > stop_after:
+                    elif stop_after is not None and time.monotonic() - idle_since > stop_after and not nacked:
                         return
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("results stream unreachable (%s); reconnecting in %.1fs", exc, backoff)
                 time.sleep(backoff)
                 backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
-
 
     def lag(self, group: str) -> int | None:
         """Entries the consumer group has not read yet (XINFO GROUPS lag; alert on it: results
@@ -169,6 +224,19 @@ class RolloutClient:
         from pipeline.stores.connection import connect
 
         return ResultsStream(connect(self.redis_url)).lag(group)
+
+
+def _poison(e: StreamEntry, max_deliveries: int) -> str | None:
+    """Why ``e`` must go to the dead-letter stream rather than to the trainer, if it must."""
+    if not e.blob:
+        return "trimmed from the stream while pending: its payload is gone"
+    if e.deliveries > max_deliveries:
+        return f"delivered {e.deliveries} times without an ack (max_deliveries={max_deliveries})"
+    try:
+        e.arrays  # noqa: B018 - decodes (views, no copy) and caches what the trainer reads
+    except Exception as exc:  # noqa: BLE001 - any failure to decode makes it poison
+        return f"undecodable: {type(exc).__name__}: {exc}"
+    return None
 
 
 def load_task_file(path: Path) -> dict[str, Any]:

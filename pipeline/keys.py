@@ -111,6 +111,24 @@ READY_SLOTS = f"{PREFIX}:{{ready}}:slots"  # zset member=sid score=lease expiry 
 # --- results ---------------------------------------------------------------------------------
 
 RESULTS_STREAM = f"{PREFIX}:results"
+# Entries a consumer group gave up on (undecodable, or delivered POLAR_RESULTS_MAX_DELIVERIES
+# times without an ack), copied here with the group and reason before being acked off the stream.
+RESULTS_DEAD_LETTER = f"{PREFIX}:results:dead"
+# Counters of the producer's trim: how often a trim was held back because a group still needed
+# entries past the cap, and how many entries that kept beyond it (at the last trim).
+RESULTS_TRIM_HELD = f"{PREFIX}:results:trim-held"
+RESULTS_BACKLOG = f"{PREFIX}:results:backlog"
+
+
+def results_delivered(group: str) -> str:
+    """Sorted set: session ids a consumer group has acked (score = ack time), so de-duplication
+    of a twice-published session survives a consumer restart. Trimmed to its TTL at every ack."""
+    return f"{PREFIX}:results:delivered:{group}"
+
+
+def task_result_paths(tid: str) -> str:
+    """Hash: session id -> its file in the results directory (written by CALLBACK)."""
+    return f"{PREFIX}:task:{{{tid}}}:result-paths"
 
 # --- proxy -----------------------------------------------------------------------------------
 

@@ -109,9 +109,18 @@ class Settings(BaseSettings):
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
     result_ttl_seconds: int = Field(default=24 * 3600, gt=0)  # terminal SessionResult, for polling
     records_ttl_seconds: int = Field(default=3600, gt=0)  # raw completion records after publishing
-    # Approximate trim; entries a trainer has not acked yet can be trimmed, so keep this far
-    # above the worst consumer lag (watch XINFO GROUPS lag).
+    # The stream's cap. A trim never drops what a consumer group has not read or acked: it keeps
+    # it past the cap and reports the backlog (pipeline status, an error log).
     results_stream_maxlen: int = Field(default=10_000, gt=0)
+    # A results-stream entry delivered this often without an ack goes to the dead-letter stream.
+    results_max_deliveries: int = Field(default=5, ge=1)
+    # Every terminal session's result and raw completion records, one file per session in
+    # <results_dir>/task_<task_id>/ses_<session_id>.<json|msgpack> (Polar's save_dir; default
+    # $POLAR_HOME/results). The API serves them once Redis no longer holds them, so API and
+    # workers must see the same folder. Pruned after results_keep_days.
+    results_dir: Path | None = None
+    results_format: Literal["json", "msgpack"] = "json"
+    results_keep_days: float = Field(default=30.0, gt=0)
     callback_attempts: int = Field(default=4, ge=1)
     # Celery task events (what Flower shows: queued, started, finished per task).
     task_events: bool = True
@@ -141,6 +150,10 @@ class Settings(BaseSettings):
     @property
     def tools_path(self) -> Path:
         return self.tools_dir or self.home / "tools"
+
+    @property
+    def results_path(self) -> Path:
+        return self.results_dir or self.home / "results"
 
     @property
     def model_dir(self) -> Path:

@@ -18,6 +18,7 @@ from flask import Flask, Response, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from pipeline import results_dir
 from pipeline.api.openapi import openapi_document
 from pipeline.callback_policy import refusal
 from pipeline.celery_app import dispatch, make_app, stage_queues
@@ -103,6 +104,48 @@ def create_app(settings: Settings | None = None) -> Flask:
         return _json({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
                       "flagged": flagged})
 
+    @app.get("/rollout/session/<session_id>")
+    def get_session(session_id: str) -> Response:
+        """The session's terminal result: from Redis while it keeps it, else its results file."""
+        result = stores.outputs.result(session_id)
+        if result is not None:
+            return _json(result.model_dump(mode="json"), headers={"X-Polar-Source": "redis"})
+        data = _session_file(session_id)
+        return _json(data["result"].model_dump(mode="json"), headers={"X-Polar-Source": "file"})
+
+    @app.get("/rollout/session/<session_id>/completions")
+    def get_completions(session_id: str) -> Response:
+        """The session's raw completion records (and failed calls): from Redis while it keeps
+        them (an hour after publishing), else from its results file."""
+        if stores.records.kept(session_id):
+            completions, bad = stores.records.completions(session_id)
+            body = {"session_id": session_id, "completions": [c.model_dump(mode="json") for c in completions],
+                    "errors": [e.model_dump(mode="json") for e in stores.records.errors(session_id)],
+                    "unreadable_records": bad}
+            return _json(body, headers={"X-Polar-Source": "redis"})
+        data = _session_file(session_id, missing_ok=stores.outputs.has_result(session_id))
+        if not data:  # ended without a single model call, and its file is not written (yet)
+            return _json({"session_id": session_id, "completions": [], "errors": [], "unreadable_records": 0},
+                         headers={"X-Polar-Source": "redis"})
+        return _json({k: data[k] for k in ("session_id", "completions", "errors", "unreadable_records")},
+                     headers={"X-Polar-Source": "file"})
+
+    def _session_file(session_id: str, missing_ok: bool = False) -> dict[str, Any]:
+        path = results_dir.find(settings.results_path, session_id, stores.sessions.task_id(session_id))
+        if path is None:
+            if missing_ok:
+                return {}
+            raise ApiError(404, "not_found", f"no result for session {session_id!r} (not finished, or past "
+                                             "POLAR_RESULT_TTL_SECONDS and POLAR_RESULTS_KEEP_DAYS)")
+        return results_dir.read(path)
+
+    @app.get("/rollout/results/dead-letters")
+    def dead_letters() -> Response:
+        """Results-stream entries a consumer group gave up on, newest first (without blobs)."""
+        raw = request.args.get("count", "100")
+        count = min(max(int(raw), 1), 1000) if raw.isdigit() else 100
+        return _json({"stream": stores.results.stats(), "entries": stores.results.dead_letters(count)})
+
     @app.get("/rollout/status")
     def pipeline_status() -> Response:
         out: dict[str, Any] = {
@@ -110,6 +153,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             "recent_tasks": tasks.recent(20),
             "queues": queue_depths(r, stage_queues()),
             "ready": ready.snapshot(),
+            "results_stream": stores.results.stats(),
         }
         if request.args.get("workers", "1") not in ("0", "false", "no"):
             out["workers"] = _workers(celery)
@@ -225,5 +269,5 @@ def _workers(celery: Any) -> dict[str, Any]:
     return {name: sorted(q["name"] for q in queues) for name, queues in replies.items()}
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)

@@ -24,6 +24,7 @@ def _json(ref: str, description: str = "OK") -> dict[str, Any]:
 
 
 _TASK_ID = {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+_SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
 _COMMON = {"401": _error("missing or wrong API token"), "503": _error("Redis unavailable; retry")}
 
 
@@ -58,6 +59,17 @@ def openapi_document() -> dict[str, Any]:
                 "delete": {"operationId": "cancel", "parameters": [_TASK_ID],
                            "responses": {"200": {"description": "cancelling"}, "404": _error("unknown task"),
                                          **_COMMON}}},
+            "/rollout/session/{session_id}": {"get": {
+                "operationId": "session_result", "parameters": [_SESSION_ID],
+                "responses": {"200": _json("SessionResult"), "404": _error("no such finished session"), **_COMMON}}},
+            "/rollout/session/{session_id}/completions": {"get": {
+                "operationId": "session_completions", "parameters": [_SESSION_ID],
+                "responses": {"200": {"description": "the session's raw completion records and failed calls"},
+                              "404": _error("no such finished session"), **_COMMON}}},
+            "/rollout/results/dead-letters": {"get": {
+                "operationId": "dead_letters", "parameters": [{
+                    "name": "count", "in": "query", "required": False, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "stream stats and dead-lettered entries"}, **_COMMON}}},
             "/rollout/status": {"get": {"operationId": "pipeline_status", "parameters": [{
                 "name": "workers", "in": "query", "required": False, "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "queues, READY, workers"}, **_COMMON}}},

@@ -173,6 +173,8 @@ class TaskStatus(BaseModel):
     finished_at: float | None = None
     callback: dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Polar's field: the results-directory files of the task's finished sessions (sample order).
+    result_paths: list[str] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -41,6 +41,10 @@ class RecordStore:
                 bad += 1
         return records, bad
 
+    def kept(self, session_id: str) -> bool:
+        """Whether Redis still holds any record of the session (they expire after publishing)."""
+        return bool(self._r.exists(keys.session_completions(session_id), keys.session_errors(session_id)))
+
     def errors(self, session_id: str) -> list[UpstreamErrorRecord]:
         return [UpstreamErrorRecord.model_validate(unpack(blob(b)))
                 for b in self._r.lrange(keys.session_errors(session_id), 0, -1)]

@@ -5,11 +5,19 @@ the blob, so a consumer can route or skip an entry without decoding it; reading 
 
 Publishing is guarded by a per-session marker so a redelivered callback stage does not append
 again. The marker is written after XADD, so a crash in that microsecond window can still produce
-a second entry; consumers therefore also de-duplicate on ``session_id`` (the trainer client does).
+a second entry; consumers therefore also de-duplicate on ``session_id`` (the trainer client does,
+against ``delivered``: the group's acked sessions, kept in Redis so a restart does not forget).
+
+The stream is capped at ``maxlen``, but a trim never drops an entry a consumer group still needs
+(pending, or not yet delivered): it stops at the slowest group and reports the backlog it had to
+keep (an error log, ``keys.RESULTS_TRIM_HELD`` counted, ``keys.RESULTS_BACKLOG`` set). Entries a
+group gives up on go to the dead-letter stream (``dead_letter``), never silently away.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,15 +30,21 @@ from pipeline.blobs import BLOB_VERSION, ResultArrays, decode_arrays, decode_res
 from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
 
+log = logging.getLogger("polar.results")
 _PENDING = b"pending:"
 PUBLISH_CLAIM_SECONDS = 60
+# Trim once this many entries past the cap: the stream's macro-node size (stream-node-max-entries
+# 100 by default), the granularity at which an approximate trim removes anything at all.
+TRIM_SLACK = 100
+HELD_LOG_EVERY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class StreamEntry:
     entry_id: str
-    session_id: str
-    blob: bytes
+    session_id: str  # "" when the entry names none and its blob does not decode
+    blob: bytes  # b"" when the entry was trimmed away while pending
+    deliveries: int = 1  # times delivered to the group (XPENDING), this one included
 
     @cached_property
     def result(self) -> SessionResult:
@@ -72,11 +86,60 @@ class ResultsStream:
             self.stream,
             {"data": encode_result(result), "session_id": result.session_id, "task_id": result.task_id,
              "schema_version": str(result.schema_version), "blob_version": str(BLOB_VERSION)},
-            maxlen=self.maxlen,
-            approximate=True,
         ))
         self._r.set(marker, entry_id, ex=self.marker_ttl)
+        try:
+            self.trim()
+        except redis.ResponseError as exc:  # the entry is out; a failed trim is retried next time
+            log.warning("results stream trim failed: %s", exc)
         return entry_id
+
+    def trim(self) -> int:
+        """Cap the stream near ``maxlen`` without dropping what a group still needs; returns the
+        entries kept beyond the cap because of that (the backlog; 0 when none)."""
+        length = int(self._r.xlen(self.stream))
+        if length < self.maxlen + TRIM_SLACK:
+            return 0
+        need = self._needed_from()
+        if need is None:  # no consumer group: nobody to wait for
+            removed = int(self._r.xtrim(self.stream, maxlen=self.maxlen, approximate=True))
+        else:
+            # MINID ~ with LIMIT: at most the excess, and never an entry at or past ``need``.
+            removed = int(self._r.execute_command("XTRIM", self.stream, "MINID", "~", need,
+                                                  "LIMIT", length - self.maxlen))
+        backlog = length - removed - self.maxlen
+        if backlog <= TRIM_SLACK:
+            self._r.set(keys.RESULTS_BACKLOG, 0)
+            return 0
+        pipe = self._r.pipeline(transaction=False)
+        pipe.incr(keys.RESULTS_TRIM_HELD)
+        pipe.set(keys.RESULTS_BACKLOG, backlog)
+        pipe.execute()
+        now = time.monotonic()
+        if now - _last_held_log[0] > HELD_LOG_EVERY_SECONDS:  # every trim is counted; logs rate-limited
+            _last_held_log[0] = now
+            log.error("results stream: %d entries over POLAR_RESULTS_STREAM_MAXLEN=%d kept because a consumer "
+                      "group has not read or acked them (from %s); a slow or abandoned group? "
+                      "(XINFO GROUPS; XGROUP DESTROY an abandoned one)", backlog, self.maxlen, need)
+        return backlog
+
+    def _needed_from(self) -> str | None:
+        """The oldest entry id any group still needs (its oldest pending entry, else the one after
+        its last delivered), or None when there is no group. Groups only move forward, so this
+        read racing a consumer errs on the side of keeping."""
+        groups: Any = self._r.xinfo_groups(self.stream)
+        if not groups:
+            return None
+        pipe = self._r.pipeline(transaction=False)
+        for g in groups:
+            pipe.xpending(self.stream, g["name"])
+        floors = []
+        for g, pending in zip(groups, pipe.execute()):
+            floors.append(_after(text(g["last-delivered-id"])))
+            if pending.get("pending") and pending.get("min"):
+                floors.append(_parse_id(text(pending["min"])))
+        ms, seq = min(floors)
+        return f"{ms}-{seq}"
 
     def published_id(self, session_id: str) -> str | None:
         v = self._r.get(keys.session_published(session_id))
@@ -97,16 +160,104 @@ class ResultsStream:
         """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
         resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
                                   count=count, block=None if pending else block_ms)
-        return [e for _, entries in (resp or []) for e in map(_entry, entries) if e is not None]
+        entries = [e for _, got in (resp or []) for e in map(_entry, got) if e is not None]
+        return self.with_deliveries(group, entries) if pending else entries
 
-    def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 16) -> list[StreamEntry]:
-        """Take over entries another consumer read but never acked (it died)."""
-        reply: Any = self._r.xautoclaim(self.stream, group, consumer, min_idle_ms, start_id="0-0", count=count)
-        entries = reply[1]
-        return [e for e in map(_entry, entries) if e is not None]
+    def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 100) -> list[StreamEntry]:
+        """Take over entries another consumer read but has not acked for ``min_idle_ms`` (it
+        died). XPENDING IDLE + XCLAIM rather than XAUTOCLAIM: a live consumer must not re-claim
+        (and re-count) the entries it still holds itself. An entry trimmed away while pending
+        (XCLAIM drops those silently) comes back with an empty blob, for the caller to report."""
+        rows: Any = self._r.xpending_range(self.stream, group, min="-", max="+", count=count, idle=min_idle_ms)
+        ids = [text(row["message_id"]) for row in rows if text(row["consumer"]) != consumer]
+        if not ids:
+            return []
+        reply: Any = self._r.xclaim(self.stream, group, consumer, min_idle_ms, list[Any](ids))
+        entries = [e for e in map(_entry, reply) if e is not None]
+        got = {e.entry_id for e in entries}
+        missing = [i for i in ids if i not in got]
+        if missing:  # claimed by someone else first, or deleted: only the latter is reported
+            pipe = self._r.pipeline(transaction=False)
+            for i in missing:
+                pipe.xrange(self.stream, i, i)
+            entries += [StreamEntry(i, "", b"") for i, rng in zip(missing, pipe.execute()) if not rng]
+        return self.with_deliveries(group, entries)
+
+    def reclaim(self, group: str, consumer: str, entry_ids: list[str]) -> list[StreamEntry]:
+        """Deliver ``entry_ids`` again to ``consumer`` (a nack): XCLAIM counts the delivery."""
+        if not entry_ids:
+            return []
+        reply: Any = self._r.xclaim(self.stream, group, consumer, 0, list[Any](entry_ids))
+        return self.with_deliveries(group, [e for e in map(_entry, reply) if e is not None])
+
+    def with_deliveries(self, group: str, entries: list[StreamEntry]) -> list[StreamEntry]:
+        """``entries`` with their delivery counts from the group's pending list."""
+        if not entries:
+            return entries
+        pipe = self._r.pipeline(transaction=False)
+        for e in entries:
+            pipe.xpending_range(self.stream, group, min=e.entry_id, max=e.entry_id, count=1)
+        counts = {}
+        for rows in pipe.execute():
+            for row in rows:
+                counts[text(row["message_id"])] = int(row["times_delivered"])
+        return [StreamEntry(e.entry_id, e.session_id, e.blob, counts.get(e.entry_id, e.deliveries)) for e in entries]
 
     def ack(self, group: str, *entry_ids: str) -> int:
         return int(self._r.xack(self.stream, group, *entry_ids)) if entry_ids else 0
+
+    def ack_delivered(self, group: str, entry_id: str, session_id: str, keep_seconds: float) -> None:
+        """Ack an entry the consumer has safely taken, remembering its session for
+        de-duplication. The mark goes first: a crash before the XACK leaves an entry that a
+        restart skips as already delivered, never one delivered twice."""
+        key, now = keys.results_delivered(group), time.time()
+        pipe = self._r.pipeline(transaction=False)
+        if session_id:
+            pipe.zadd(key, {session_id: now})
+            pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
+            pipe.expire(key, int(keep_seconds) + 1)
+        pipe.xack(self.stream, group, entry_id)
+        pipe.execute()
+
+    def delivered(self, group: str, session_ids: list[str]) -> set[str]:
+        """Which of ``session_ids`` this group has already acked (within the kept window)."""
+        if not session_ids:
+            return set()
+        scores = self._r.zmscore(keys.results_delivered(group), session_ids)
+        return {sid for sid, score in zip(session_ids, scores) if score is not None}
+
+    def dead_letter(self, group: str, consumer: str, entry: StreamEntry, reason: str) -> str:
+        """Move ``entry`` to the dead-letter stream (with who gave up on it and why), then ack it
+        off the main stream. A crash in between can only copy it twice, never lose it."""
+        dead = text(self._r.xadd(keys.RESULTS_DEAD_LETTER, {
+            "entry_id": entry.entry_id, "session_id": entry.session_id, "data": entry.blob, "group": group,
+            "consumer": consumer, "deliveries": str(entry.deliveries), "reason": reason,
+            "at": repr(time.time())}, maxlen=self.maxlen, approximate=True))
+        self._r.xack(self.stream, group, entry.entry_id)
+        log.error("results stream: entry %s (session %s) dead-lettered by %s/%s after %d deliveries: %s",
+                  entry.entry_id, entry.session_id or "?", group, consumer, entry.deliveries, reason)
+        return dead
+
+    def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest dead-lettered entries (without their blobs), newest first."""
+        rows: Any = self._r.xrevrange(keys.RESULTS_DEAD_LETTER, count=count)
+        return [{"dead_id": text(i), **{text(k): text(v) for k, v in f.items() if k != b"data"}} for i, f in rows]
+
+    def stats(self) -> dict[str, Any]:
+        """What the pipeline status shows of the stream: size, cap, held-back trims, dead
+        letters, and every group's pending and unread entries."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.xlen(self.stream)
+        pipe.xlen(keys.RESULTS_DEAD_LETTER)
+        pipe.get(keys.RESULTS_TRIM_HELD)
+        pipe.get(keys.RESULTS_BACKLOG)
+        length, dead, held, backlog = pipe.execute()
+        groups: Any = self._r.xinfo_groups(self.stream) if length else []
+        return {"length": int(length), "maxlen": self.maxlen, "dead_letters": int(dead),
+                "trims_held_back": int(held or 0), "backlog_over_maxlen": int(backlog or 0),
+                "groups": {text(g["name"]): {"pending": int(g["pending"]), "consumers": int(g["consumers"]),
+                                             "lag": None if g.get("lag") is None else int(g["lag"]),
+                                             "last_delivered_id": text(g["last-delivered-id"])} for g in groups}}
 
     def lag(self, group: str) -> int | None:
         for g in self._r.xinfo_groups(self.stream):
@@ -116,12 +267,32 @@ class ResultsStream:
         return None
 
 
-def _entry(reply: tuple) -> StreamEntry | None:
-    entry_id, fields = reply
-    if not fields:  # deleted by trimming while pending
+_last_held_log = [0.0]
+
+
+def _entry(reply: Any) -> StreamEntry | None:
+    if reply is None:
         return None
-    data = blob(fields[b"data"])
+    entry_id, fields = reply
+    if not fields:  # trimmed away while pending: an empty entry the consumer dead-letters
+        return StreamEntry(text(entry_id), "", b"")
+    data = blob(fields.get(b"data") or b"")
     session_id = fields.get(b"session_id")
-    return StreamEntry(text(entry_id), text(session_id) if session_id else decode_arrays(data).session_id, data)
+    if not session_id:
+        try:
+            session_id = decode_arrays(data).session_id
+        except Exception:  # undecodable: the consumer dead-letters it
+            session_id = b""
+    return StreamEntry(text(entry_id), text(session_id), data)
+
+
+def _parse_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _after(entry_id: str) -> tuple[int, int]:
+    ms, seq = _parse_id(entry_id)
+    return ms, seq + 1
 
 

@@ -140,6 +140,10 @@ class SessionStore:
         raw = self._r.hget(keys.session(session_id), F.STATUS.value)
         return SessionStatus(text(raw)) if raw else None
 
+    def task_id(self, session_id: str) -> str | None:
+        raw = self._r.hget(keys.session(session_id), F.TASK_ID.value)
+        return text(raw) if raw else None
+
     def queue_summary(self, pipe: Any, session_id: str) -> None:
         """Add to ``pipe`` the read that ``parse_summary`` turns into (status, index, timing)."""
         pipe.hmget(keys.session(session_id), F.STATUS.value, F.SAMPLE_INDEX.value, *TIMING_FIELDS)

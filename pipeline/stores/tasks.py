@@ -96,7 +96,9 @@ class TaskStore:
         for sid in sids:
             self.sessions.queue_summary(pipe, sid)
             self.outputs.queue_result(pipe, sid)
-        replies = pipe.execute()
+        pipe.hgetall(keys.task_result_paths(task_id))
+        *replies, path_map = pipe.execute()
+        paths = {text(k): text(v) for k, v in path_map.items()}
         counts: dict[str, int] = {}
         summaries: list[SessionSummary] = []
         results: list[SessionResult] = []
@@ -126,6 +128,7 @@ class TaskStore:
             finished_at=float(f["finished_at"]) if f.get("finished_at") else None,
             callback=self.callbacks.record(task_id),
             metadata=request.metadata,
+            result_paths=[paths[sid] for sid in sids if sid in paths],
         )
 
     def recent(self, limit: int = 50) -> list[str]:
@@ -158,6 +161,13 @@ class TaskStore:
         pipe.hget(keys.task(task_id), "total")
         _, _, done, total = pipe.execute()
         return int(done) >= int(total or 0)
+
+    def note_result_path(self, task_id: str, session_id: str, path: str) -> None:
+        """Record the session's results-directory file (idempotent: the same path again)."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hset(keys.task_result_paths(task_id), session_id, path)
+        pipe.expire(keys.task_result_paths(task_id), self._ttl + 3600)  # as long as the task's keys
+        pipe.execute()
 
     def finish(self, task_id: str) -> TaskState:
         """Idempotent: the first call decides completed/cancelled and stamps the end."""

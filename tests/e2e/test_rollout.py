@@ -108,3 +108,22 @@ def test_polars_agent_timeout_is_the_agents_own_budget(client, demo_task):
     assert result.status == SessionStatus.TIMEOUT and "6s agent_timeout" in result.error, result.error
     assert result.trajectory.traces  # the calls made before the cut
     assert status.model_dump(mode="json")["completed_sessions"] == 1
+
+
+def test_every_session_is_saved_to_the_results_directory(client, stack, demo_task):
+    """Real workers: CALLBACK writes each session's file (Polar's layout) before publishing;
+    the status lists them and the API serves the result and the raw records."""
+    from pathlib import Path
+
+    from pipeline import results_dir
+
+    status, results = run_task(client, demo_task, 2)
+    assert status.status == TaskState.COMPLETED and len(results) == 2
+    folder = results_dir.task_folder(stack.settings.results_path, status.task_id)
+    assert sorted(status.result_paths) == sorted(str(folder / f"ses_{sid}.json") for sid in results)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"ses_{sid}.json" for sid in results)
+    for sid, result in results.items():
+        saved = results_dir.read(Path(status.result_paths[0]).parent / f"ses_{sid}.json")
+        assert saved["result"] == result == client.session(sid)
+        records = client.completions(sid)["completions"]
+        assert records == saved["completions"] and len(records) == len(result.trajectory.traces) > 0

@@ -102,7 +102,9 @@ def test_a_missing_command_is_an_error_not_a_crash(deps):
 
 # Keys without an expiry, each with the bound that keeps it small (docs/architecture.md).
 BOUNDED = {
-    "polar:results": "capped by POLAR_RESULTS_STREAM_MAXLEN",
+    "polar:results": "capped by POLAR_RESULTS_STREAM_MAXLEN (past it only by what a group has not acked)",
+    "polar:results:dead": "capped by POLAR_RESULTS_STREAM_MAXLEN",
+    "polar:results:trim-held": "one counter", "polar:results:backlog": "one value",
     "polar:tasks": "trimmed to the task retention at every submit",
     "polar:{leases}:expiry": "one entry per running stage", "polar:{leases}:owner": "one entry per running stage",
     "polar:{leases}:sent": "one entry per stage message not yet started",

@@ -1,6 +1,7 @@
-"""CALLBACK: write the terminal status, publish the result once, count the session towards its
-task and, when it was the last one, start the delivery of the task result to ``callback_url``
-(its own Celery task, retried by Celery with back-off: ``deliver``)."""
+"""CALLBACK: write the terminal status, write the session's results file (``results_dir``),
+publish the result once, count the session towards its task and, when it was the last one,
+start the delivery of the task result to ``callback_url`` (its own Celery task, retried by
+Celery with back-off: ``deliver``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 import httpx
 import orjson
 
+from pipeline import results_dir
 from pipeline.callback_policy import refusal
 from pipeline.credentials import signature
 from pipeline.errors import TransitionRefused
+from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
@@ -36,6 +39,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     except TransitionRefused as exc:
         if exc.current != result.status.value:  # already terminal with this status: a re-run
             raise
+    _save_file(d, result)  # before publishing: a published result always has its file
     entry = d.stores.results.publish_once(result)
     log.info("callback %s: %s published as %s", sid, result.status.value, entry)
     d.stores.records.expire(sid, d.settings.records_ttl_seconds)
@@ -49,6 +53,24 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         if url and d.stores.callbacks.enqueue(result.task_id, url):
             d.dispatcher.callback(result.task_id)
     return None
+
+
+def _save_file(d: Deps, result: SessionResult) -> None:
+    """The session's file in the results directory (pipeline/results_dir.py), rewritten in
+    place by a redelivered stage -- unless the raw records have expired from Redis since (a late
+    redelivery), when the file already written holds more than a rewrite would. A disk that
+    fails is logged, not fatal: the stream stays the trainer's source and must not wait on it."""
+    sid, fmt = result.session_id, d.settings.results_format
+    root = d.settings.results_path
+    existing = results_dir.path_for(root, result.task_id, sid, fmt)
+    try:
+        if not (existing.is_file() and not d.stores.records.kept(sid)):
+            completions, bad = d.stores.records.completions(sid)
+            results_dir.write(root, result, completions, d.stores.records.errors(sid), bad, fmt)
+    except OSError:
+        log.exception("callback %s: cannot write its results file under %s", sid, root)
+        return
+    d.stores.tasks.note_result_path(result.task_id, sid, str(existing))
 
 
 class DeliveryFailed(Exception):

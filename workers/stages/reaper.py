@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 
+from pipeline import results_dir
 from pipeline.status import Stage
 from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
@@ -38,11 +39,15 @@ _artifacts_pruned = [0.0]
 
 def sweep(d: Deps) -> list[str]:
     """This host's leftover session directories, processes and containers (every worker, every
-    pass), and artifact folders past ``artifacts_keep_days`` (every ten minutes)."""
+    pass), and artifact folders and results files past ``artifacts_keep_days`` and
+    ``results_keep_days`` (every ten minutes)."""
     now = time.time()
     if now - _artifacts_pruned[0] > ARTIFACTS_PRUNE_SECONDS:
         _artifacts_pruned[0] = now
         artifacts.remove_old(d.settings.home, d.settings.artifacts_keep_days * 86400, now)
+        gone = results_dir.remove_old(d.settings.results_path, d.settings.results_keep_days * 86400, now)
+        if gone:
+            log.info("reaper: pruned %d results files older than %s days", gone, d.settings.results_keep_days)
     return sweeper.sweep(RuntimeHost.of(d.settings), d.stores.sessions.status)
 
 

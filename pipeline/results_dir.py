@@ -1,0 +1,128 @@
+"""Durable results: every terminal session's result and raw completion records, one file per
+session, in Polar's ``save_dir`` layout::
+
+    <results_dir>/task_<task_id>/ses_<session_id>.json      (POLAR_RESULTS_FORMAT=json, default)
+    <results_dir>/task_<task_id>/ses_<session_id>.msgpack   (=msgpack)
+
+Redis keeps results for ``POLAR_RESULT_TTL_SECONDS`` and raw records for an hour; these files
+are what outlives them (pruned after ``POLAR_RESULTS_KEEP_DAYS``). The CALLBACK stage writes a
+session's file before publishing it; the API reads it back once Redis no longer has the session.
+
+A file is one map: ``format`` (``polar-session/1``), ``session_id``, ``task_id``, ``result`` (the
+``SessionResult`` as JSON; in msgpack, its result blob: docs/result-blobs.md), ``completions``
+(``CompletionRecord``s, arrival order), ``errors`` (failed upstream calls) and
+``unreadable_records``. Written to a temporary file in the same folder, fsynced and renamed over
+the final name: a reader sees the whole file or none, and writing it again (a redelivered stage)
+replaces it, never adds a second one. File I/O only: no Redis here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pipeline.blobs import decode_result, encode_result
+from pipeline.codec import pack, unpack
+from pipeline.schemas import CompletionRecord, SessionResult, UpstreamErrorRecord
+
+FORMAT = "polar-session/1"
+EXTENSIONS = {"json": ".json", "msgpack": ".msgpack"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_NAME = 120  # well under the 255 bytes a file name may have, with room for the prefix and hash
+
+
+def safe_name(value: str) -> str:
+    """``value`` as one path component: never ``.``/``..``, a separator or over-long. Any change
+    adds a hash of the original, so two ids that sanitise alike still get distinct names."""
+    clean = _UNSAFE.sub("_", value)[:_MAX_NAME]
+    if clean == value and clean not in ("", ".", ".."):
+        return clean
+    return f"{clean}~{hashlib.sha256(value.encode()).hexdigest()[:12]}"
+
+
+def task_folder(root: Path, task_id: str) -> Path:
+    return root / f"task_{safe_name(task_id)}"
+
+
+def path_for(root: Path, task_id: str, session_id: str, fmt: str = "json") -> Path:
+    return task_folder(root, task_id) / f"ses_{safe_name(session_id)}{EXTENSIONS[fmt]}"
+
+
+def write(root: Path, result: SessionResult, completions: list[CompletionRecord],
+          errors: list[UpstreamErrorRecord], unreadable: int = 0, fmt: str = "json") -> Path:
+    """Write (or rewrite) the session's file atomically; returns its path."""
+    path = path_for(root, result.task_id, result.session_id, fmt)
+    body: dict[str, Any] = {"format": FORMAT, "session_id": result.session_id, "task_id": result.task_id,
+                            "completions": [c.model_dump(mode="json") for c in completions],
+                            "errors": [e.model_dump(mode="json") for e in errors],
+                            "unreadable_records": unreadable}
+    if fmt == "msgpack":
+        data = pack({**body, "result": encode_result(result)})
+    else:
+        data = json.dumps({**body, "result": result.model_dump(mode="json")}, separators=(",", ":")).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on one filesystem: the old file or the new, never half
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def find(root: Path, session_id: str, task_id: str | None = None) -> Path | None:
+    """The session's file: directly when its task is known, else by looking in every task
+    folder (what is left once Redis has forgotten the session)."""
+    names = [f"ses_{safe_name(session_id)}{ext}" for ext in EXTENSIONS.values()]
+    folders = [task_folder(root, task_id)] if task_id else (sorted(root.glob("task_*")) if root.is_dir() else [])
+    for folder in folders:
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def read(path: Path) -> dict[str, Any]:
+    """The file's map, ``result`` as a ``SessionResult`` (either format)."""
+    raw = path.read_bytes()
+    if path.suffix == EXTENSIONS["msgpack"]:
+        data = unpack(raw)
+        data["result"] = decode_result(data["result"])
+    else:
+        data = json.loads(raw)
+        data["result"] = SessionResult.model_validate(data["result"])
+    return data
+
+
+def remove_old(root: Path, keep_seconds: float, now: float) -> int:
+    """Delete session files older than ``keep_seconds`` (and task folders left empty, and
+    temporary files a killed writer left); returns how many session files went."""
+    removed = 0
+    if not root.is_dir():
+        return 0
+    for folder in root.glob("task_*"):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for f in folder.iterdir():
+            try:
+                if f.is_file() and now - f.stat().st_mtime > keep_seconds:
+                    f.unlink()
+                    removed += not f.name.startswith(".")
+            except FileNotFoundError:  # another worker's reaper pruned it first
+                continue
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            pass
+    return removed
+
+
+__all__ = ["EXTENSIONS", "FORMAT", "find", "path_for", "read", "remove_old", "safe_name", "task_folder", "write"]

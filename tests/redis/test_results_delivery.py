@@ -1,0 +1,169 @@
+"""Results-stream delivery semantics against a real Redis: a consumer that crashes and restarts,
+a consumer group whose member dies, poison entries and the dead-letter stream, and a trim that
+must not drop what a group has not acked."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pipeline import keys
+from pipeline.client import RolloutClient
+from pipeline.stores.results_stream import TRIM_SLACK, ResultsStream
+from tests.redis.test_results_stream import result
+
+
+def client(redis_url, **kw) -> RolloutClient:
+    return RolloutClient("http://unused", redis_url=redis_url, **kw)
+
+
+def publish(stream: ResultsStream, *sids: str) -> None:
+    for sid in sids:
+        stream.publish_once(result(sid))
+
+
+def test_a_consumer_that_crashes_and_restarts_loses_nothing_and_trains_nothing_twice(r, redis_url):
+    stream = ResultsStream(r)
+    publish(stream, "s0", "s1", "s2", "s3")
+    acked: list[str] = []
+    it = client(redis_url).results(group="g", consumer="rank0", block_ms=50, stop_after=0.2)
+    for item in it:
+        if item.result.session_id == "s2":
+            break  # crashes holding s2, never acked
+        acked.append(item.result.session_id)
+        item.ack()
+    it.close()
+    assert acked == ["s0", "s1"]
+    # A crash between XADD and the published marker: s0 is in the stream a second time.
+    r.delete(keys.session_published("s0"))
+    publish(stream, "s0", "s4")
+    # A new process: nothing of the old iterator's memory survives.
+    again = []
+    for item in client(redis_url).results(group="g", consumer="rank0", block_ms=50, stop_after=0.3):
+        again.append((item.result.session_id, item.deliveries))
+        item.ack()
+    # Its unacked entries first (s3 came in the crashed run's batch too), then new ones; s0 not again.
+    assert again == [("s2", 2), ("s3", 2), ("s4", 1)]
+    assert sorted(acked + [s for s, _ in again]) == ["s0", "s1", "s2", "s3", "s4"]
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0 and stream.stats()["dead_letters"] == 0
+
+
+def test_a_live_consumer_claims_the_entries_of_one_that_died(r, redis_url):
+    stream = ResultsStream(r)
+    publish(stream, "a0", "a1", "a2")
+    dead = client(redis_url).results(group="g", consumer="dies", block_ms=50, count=3)
+    held = [next(dead).result.session_id for _ in range(3)]  # read, never acked: then it dies
+    dead.close()
+    assert held == ["a0", "a1", "a2"]
+    publish(stream, "b0")
+    got = []
+    t0 = time.monotonic()
+    for item in client(redis_url).results(group="g", consumer="lives", block_ms=50, claim_idle_ms=300,
+                                          stop_after=1.0):
+        got.append(item.result.session_id)
+        item.ack()
+    assert got[0] == "b0" and sorted(got[1:]) == held  # claimed once idle 300 ms
+    assert time.monotonic() - t0 >= 0.3
+    info = {c["name"].decode(): c["pending"] for c in r.xinfo_consumers(keys.RESULTS_STREAM, "g")}
+    assert info == {"dies": 0, "lives": 0}
+
+
+def test_a_consumer_does_not_reclaim_what_it_still_holds(r, redis_url):
+    publish(ResultsStream(r), "x")
+    it = client(redis_url).results(group="g", consumer="c", block_ms=50, claim_idle_ms=100, stop_after=0.5)
+    first = next(it)
+    rest = list(it)  # held unacked for longer than claim_idle_ms: not delivered to itself again
+    assert rest == [] and first.deliveries == 1
+    first.ack()
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_an_entry_nacked_max_deliveries_times_goes_to_the_dead_letter_stream(r, redis_url, caplog):
+    stream = ResultsStream(r)
+    publish(stream, "poison", "fine")
+    seen = []
+    with caplog.at_level(logging.ERROR, logger="polar.results"):
+        for item in client(redis_url, max_deliveries=3).results(group="g", consumer="c", block_ms=50,
+                                                                 stop_after=0.3):
+            seen.append((item.result.session_id, item.deliveries))
+            item.nack() if item.result.session_id == "poison" else item.ack()
+    assert [d for s, d in seen if s == "poison"] == [1, 2, 3] and ("fine", 1) in seen
+    [dead] = stream.dead_letters()
+    assert dead["session_id"] == "poison" and dead["deliveries"] == "4" and dead["group"] == "g"
+    assert "max_deliveries=3" in dead["reason"] and "dead-lettered" in caplog.text
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0  # acked off the main stream
+    assert stream.stats()["dead_letters"] == 1
+    [(_, fields)] = r.xrange(keys.RESULTS_DEAD_LETTER)
+    assert fields[b"data"] == r.xrange(keys.RESULTS_STREAM)[0][1][b"data"]  # the blob is kept for replay
+
+
+def test_a_consumer_that_keeps_crashing_on_an_entry_dead_letters_it_after_n_deliveries(r, redis_url):
+    stream = ResultsStream(r)
+    publish(stream, "crashes-the-trainer")
+    for attempt in range(3):  # each run takes it and dies before acking
+        it = client(redis_url, max_deliveries=3).results(group="g", consumer="c", block_ms=50)
+        assert next(it).deliveries == attempt + 1
+        it.close()
+    assert list(client(redis_url, max_deliveries=3).results(group="g", consumer="c", block_ms=50,
+                                                             stop_after=0.2)) == []
+    assert [d["reason"][:24] for d in stream.dead_letters()] == ["delivered 4 times withou"]
+
+
+def test_undecodable_and_trimmed_entries_are_dead_lettered_not_skipped(r, redis_url):
+    stream = ResultsStream(r)
+    r.xadd(keys.RESULTS_STREAM, {"data": b"\xc1 not a blob", "session_id": "garbage"})
+    r.xadd(keys.RESULTS_STREAM, {"data": b"\xc1"})  # names no session either
+    publish(stream, "ok")
+    got = [i.result.session_id for i in client(redis_url).results(group="g", consumer="c", block_ms=50,
+                                                                  stop_after=0.2) if not i.ack()]
+    assert got == ["ok"]
+    reasons = {d["session_id"]: d["reason"] for d in stream.dead_letters()}
+    assert set(reasons) == {"garbage", ""} and all(v.startswith("undecodable") for v in reasons.values())
+
+    # An entry deleted while pending (by hand: the producer's own trim would keep it).
+    publish(stream, "lost")
+    it = client(redis_url).results(group="h", consumer="c", block_ms=50)
+    pending = [next(it) for _ in range(2)]
+    it.close()
+    r.xtrim(keys.RESULTS_STREAM, maxlen=0)
+    assert list(client(redis_url).results(group="h", consumer="c", block_ms=50, stop_after=0.2)) == []
+    trimmed = [d for d in stream.dead_letters() if d["group"] == "h" and "trimmed" in d["reason"]]
+    assert [p.result.session_id for p in pending] == ["ok", "lost"]  # (h also dead-lettered the garbage)
+    assert sorted(d["entry_id"] for d in trimmed) == sorted(p.entry_id for p in pending)
+    assert r.xpending(keys.RESULTS_STREAM, "h")["pending"] == 0
+
+
+def test_trimming_never_drops_what_a_group_has_not_acked_and_reports_the_backlog(r, redis_url, caplog):
+    maxlen = 10
+    stream = ResultsStream(r, maxlen=maxlen)
+    publish(stream, "first")
+    stream.ensure_group("slow")
+    it = client(redis_url).results(group="slow", consumer="c", block_ms=50)
+    held = next(it)  # delivered, never acked
+    with caplog.at_level(logging.ERROR, logger="polar.results"):
+        publish(stream, *[f"s{i}" for i in range(3 * TRIM_SLACK)])
+    stats = stream.stats()
+    assert r.xlen(keys.RESULTS_STREAM) == 3 * TRIM_SLACK + 1  # nothing dropped: "first" is pending
+    assert stats["trims_held_back"] > 0 and stats["backlog_over_maxlen"] > TRIM_SLACK
+    assert "kept because a consumer group has not read or acked them" in caplog.text
+    assert stats["groups"]["slow"]["pending"] == 1
+    held.ack()
+    # Acked but 300 entries still unread by the group: still kept.
+    publish(stream, "after-ack")
+    assert r.xlen(keys.RESULTS_STREAM) == 3 * TRIM_SLACK + 2
+    got = []
+    for item in it:
+        got.append(item.result.session_id)
+        item.ack()
+        if item.result.session_id == "after-ack":
+            break
+    assert len(got) == 3 * TRIM_SLACK + 1
+    publish(stream, "caught-up")  # the group has everything: the cap applies again
+    assert r.xlen(keys.RESULTS_STREAM) <= maxlen + TRIM_SLACK
+    assert stream.stats()["backlog_over_maxlen"] == 0
+
+
+def test_without_a_consumer_group_the_cap_applies_as_before(r):
+    stream = ResultsStream(r, maxlen=10)
+    publish(stream, *[f"s{i}" for i in range(3 * TRIM_SLACK)])
+    assert r.xlen(keys.RESULTS_STREAM) <= 10 + TRIM_SLACK and stream.stats()["trims_held_back"] == 0
