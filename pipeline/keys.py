@@ -72,6 +72,11 @@ def task_finished(tid: str) -> str:
     return f"{PREFIX}:task:{{{tid}}}:finished"
 
 
+def task_usable(tid: str) -> str:
+    """Set of session ids that ended usable for training (early_stop_min_usable_sessions)."""
+    return f"{PREFIX}:task:{{{tid}}}:usable"
+
+
 def task_callback(tid: str) -> str:
     """Hash: the delivery of the task's result to its callback_url (the outbox record)."""
     return f"{PREFIX}:task:{{{tid}}}:callback"

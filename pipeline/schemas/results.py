@@ -175,6 +175,7 @@ class TaskStatus(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Polar's field: the results-directory files of the task's finished sessions (sample order).
     result_paths: list[str] = Field(default_factory=list)
+    early_stopped: bool = False  # early_stop_min_usable_sessions was reached; the rest were cancelled
 
     @computed_field  # type: ignore[prop-decorator]
     @property

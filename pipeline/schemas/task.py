@@ -244,6 +244,16 @@ class TaskRequest(_Spec):
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     callback_url: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Polar's: once this many sessions ended usable (completed, a finite reward, something to
+    # train on), the task's other sessions are cancelled and the task completes.
+    early_stop_min_usable_sessions: StrictInt | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _early_stop_fits(self) -> "TaskRequest":
+        if self.early_stop_min_usable_sessions and self.early_stop_min_usable_sessions > self.num_samples:
+            raise ValueError(f"early_stop_min_usable_sessions ({self.early_stop_min_usable_sessions}) is more than "
+                             f"num_samples ({self.num_samples})")
+        return self
 
     @field_validator("metadata")
     @classmethod

@@ -129,6 +129,7 @@ class TaskStore:
             callback=self.callbacks.record(task_id),
             metadata=request.metadata,
             result_paths=[paths[sid] for sid in sids if sid in paths],
+            early_stopped=bool(f.get("early_stopped")),
         )
 
     def recent(self, limit: int = 50) -> list[str]:
@@ -162,6 +163,14 @@ class TaskStore:
         _, _, done, total = pipe.execute()
         return int(done) >= int(total or 0)
 
+    def count_usable(self, task_id: str, session_id: str) -> int:
+        """Count a session that ended usable (once, however often redelivered); how many now."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.sadd(keys.task_usable(task_id), session_id)
+        pipe.expire(keys.task_usable(task_id), self._ttl)
+        pipe.scard(keys.task_usable(task_id))
+        return int(pipe.execute()[2])
+
     def note_result_path(self, task_id: str, session_id: str, path: str) -> None:
         """Record the session's results-directory file (idempotent: the same path again)."""
         pipe = self._r.pipeline(transaction=False)
@@ -175,15 +184,19 @@ class TaskStore:
             TaskState.CANCELLING.value, TaskState.COMPLETED.value, TaskState.CANCELLED.value, repr(time.time())])
         return TaskState(final.decode() if isinstance(final, bytes) else final)
 
-    def cancel(self, task_id: str) -> tuple[list[str], int]:
+    def cancel(self, task_id: str, *, early_stop: bool = False) -> tuple[list[str], int]:
         """Cancel every session that has not finished. Returns the sessions not held by a worker
         (queued for INIT, or waiting in READY), moved to POSTRUN here so the caller dispatches
         POSTRUN for them (their runtime is torn down), and how many sessions inside a worker were
-        flagged (they see the flag within ``cancel_poll_seconds``)."""
+        flagged (they see the flag within ``cancel_poll_seconds``). ``early_stop``: enough
+        sessions are usable -- the task keeps its state and completes; it is not cancelled."""
         if not self.exists(task_id):
             raise TaskNotFound(task_id)
-        self._cas(keys=[keys.task(task_id)], args=[
-            f"{TaskState.PENDING.value},{TaskState.RUNNING.value}", TaskState.CANCELLING.value])
+        if early_stop:
+            self._r.hset(keys.task(task_id), "early_stopped", "1")
+        else:
+            self._cas(keys=[keys.task(task_id)], args=[
+                f"{TaskState.PENDING.value},{TaskState.RUNNING.value}", TaskState.CANCELLING.value])
         moved: list[str] = []
         flagged = 0
         for sid in self.session_ids(task_id):

@@ -127,3 +127,14 @@ def test_every_session_is_saved_to_the_results_directory(client, stack, demo_tas
         assert saved["result"] == result == client.session(sid)
         records = client.completions(sid)["completions"]
         assert records == saved["completions"] and len(records) == len(result.trajectory.traces) > 0
+
+
+def test_early_stop_cancels_the_rest_once_enough_sessions_are_usable(client, demo_task):
+    """Polar's early_stop_min_usable_sessions: the second usable session stops the others (they
+    end CANCELLED) and the task completes, flagged early_stopped."""
+    demo_task.update(num_samples=8, early_stop_min_usable_sessions=2)
+    demo_task["agent"]["custom_shell"]["command"] += " && sleep 2"
+    status = client.wait(client.submit(demo_task), timeout=240, poll_seconds=0.3)
+    assert status.status == TaskState.COMPLETED and status.early_stopped, status.counts
+    assert status.counts.get("COMPLETED", 0) >= 2 and status.counts.get("CANCELLED", 0) >= 1, status.counts
+    assert sum(status.counts.values()) == 8 and status.finished_sessions == 8

@@ -52,3 +52,12 @@ def test_task_status_carries_polars_completed_sessions():
     dumped = status.model_dump(mode="json")
     assert dumped["completed_sessions"] == 3 and dumped["finished_sessions"] == 3
     assert TaskStatus.model_validate(dumped).completed_sessions == 3  # and it reads back
+
+
+def test_early_stop_must_fit_the_group():
+    with pytest.raises(ValueError, match="more than num_samples"):
+        TaskRequest.model_validate({**task(custom_shell="true"), "num_samples": 2, "early_stop_min_usable_sessions": 3})
+    with pytest.raises(ValueError, match="early_stop_min_usable_sessions"):
+        TaskRequest.model_validate({**task(custom_shell="true"), "early_stop_min_usable_sessions": 0})
+    ok = TaskRequest.model_validate({**task(custom_shell="true"), "num_samples": 4, "early_stop_min_usable_sessions": 2})
+    assert ok.early_stop_min_usable_sessions == 2

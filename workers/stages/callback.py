@@ -20,6 +20,7 @@ from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
+from pipeline.trainers import groups
 from workers.stages.common import Deps, Skip, log
 
 CALLBACK_TIMEOUT_SECONDS = 30.0
@@ -45,6 +46,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     d.stores.records.expire(sid, d.settings.records_ttl_seconds)
     d.stores.outputs.expire_trajectory(sid, d.settings.records_ttl_seconds)
     tasks = d.stores.tasks
+    _early_stop(d, result)
     if tasks.count_finished(result.task_id, sid):
         log.info("task %s %s", result.task_id, tasks.finish(result.task_id).value)
         url = tasks.request(result.task_id).callback_url
@@ -53,6 +55,20 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         if url and d.stores.callbacks.enqueue(result.task_id, url):
             d.dispatcher.callback(result.task_id)
     return None
+
+
+def _early_stop(d: Deps, result: SessionResult) -> None:
+    """early_stop_min_usable_sessions: the usable session that reaches the count stops the rest
+    (they end CANCELLED; the task completes). Counted once per session, so a redelivery is safe."""
+    wanted = d.stores.tasks.request(result.task_id).early_stop_min_usable_sessions
+    if not wanted or not groups.usable(result):
+        return
+    if d.stores.tasks.count_usable(result.task_id, result.session_id) == wanted:
+        moved, flagged = d.stores.tasks.cancel(result.task_id, early_stop=True)
+        for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
+            d.dispatcher.send(Stage.POSTRUN, sid)
+        log.info("task %s: %d usable sessions, the other %d stopped early", result.task_id, wanted,
+                 len(moved) + flagged)
 
 
 def _save_file(d: Deps, result: SessionResult) -> None:
