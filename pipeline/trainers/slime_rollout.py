@@ -1,0 +1,106 @@
+"""A slime rollout function that runs the rollout through polar-rollout: a slime user switches with
+one flag, ``--rollout-function-path pipeline.trainers.slime_rollout.generate_rollout``.
+
+slime calls ``generate_rollout(args, rollout_id, data_source, evaluation=False)``. Each prompt
+group from ``data_source.get_samples(args.rollout_batch_size)`` becomes one task (a GRPO group of
+``args.n_samples_per_prompt`` sessions) built from a task template (``--polar-task-template``, a
+JSON file: runtime, agent, builder, evaluator), with the prompt as the instruction and the
+policy version and rollout id in its metadata. The results come back as slime ``Sample`` objects
+(``slime.to_samples``), one list per prompt group, with the group's stats as metrics.
+
+What it reads from ``args`` (all optional but the template): ``polar_task_template``,
+``polar_api_url`` / ``polar_api_token`` (else POLAR_API_URL / POLAR_API_TOKEN),
+``polar_timeout`` (seconds per rollout, default 3600), ``polar_reward_key`` (default "score"),
+``policy_version`` (else the rollout id). slime itself is imported only when present: without
+it the function returns plain dicts (the tests run that way).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import uuid
+from typing import Any
+
+from pipeline.client import RolloutClient
+from pipeline.trainers import groups, slime
+
+
+def instruction_of(prompt: Any) -> str:
+    """slime's ``Sample.prompt``: a string, or chat messages (the last user turn is the task)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for message in reversed(prompt):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else json.dumps(content)
+    raise ValueError(f"cannot take an instruction from a prompt of type {type(prompt).__name__}")
+
+
+def task_for(template: dict[str, Any], prompt_group: list[Any], rollout_id: int, n: int, version: str) -> dict:
+    first = prompt_group[0]
+    task = copy.deepcopy(template)
+    task.update(task_id=f"slime-r{rollout_id}-{uuid.uuid4().hex[:10]}", instruction=instruction_of(first.prompt),
+                num_samples=n)
+    task["metadata"] = {**task.get("metadata", {}), "rollout_step": str(rollout_id), "policy_version": version,
+                        **({"label": first.label} if getattr(first, "label", None) is not None else {})}
+    return task
+
+
+def _sample_class() -> Any:
+    try:
+        from slime.utils.types import Sample
+    except ImportError:
+        return None
+    return Sample
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    with open(args.polar_task_template) as f:
+        template = json.load(f)
+    client = RolloutClient(getattr(args, "polar_api_url", None) or os.environ["POLAR_API_URL"],
+                           api_token=getattr(args, "polar_api_token", None) or os.environ.get("POLAR_API_TOKEN"))
+    n = int(getattr(args, "n_samples_per_prompt", 1))
+    version = str(getattr(args, "policy_version", None) or rollout_id)
+    prompt_groups = data_source.get_samples(int(getattr(args, "rollout_batch_size", 1)))
+    submitted = [client.submit(task_for(template, g, rollout_id, n, version)) for g in prompt_groups]
+    timeout = float(getattr(args, "polar_timeout", 3600))
+    sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", "score")
+    samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
+    for index, task_id in enumerate(submitted):
+        status = client.wait(task_id, timeout=timeout, poll_seconds=1.0)
+        group = groups.Group(task_id, status.results, n)
+        adv = groups.advantages(group)
+        samples.append([s for r in status.results for s in slime.to_samples(
+            r, group_index=index, reward_key=reward_key, advantage=adv, sample_cls=sample_cls)])
+        metrics["sessions"] += len(status.results)
+        metrics["usable"] += int(group.stats["usable"])
+        metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())
+    metrics["reward_mean"] = metrics["reward_sum"] / metrics["usable"] if metrics["usable"] else 0.0
+    return _output(samples, metrics, evaluation)
+
+
+def _output(samples: list[list[Any]], metrics: dict[str, Any], evaluation: bool) -> Any:
+    """slime's RolloutFnTrainOutput / RolloutFnEvalOutput when slime is installed, else a dict."""
+    try:  # slime/rollout/base_types.py
+        from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+    except ImportError:
+        return {"samples": samples, "metrics": metrics}
+    if evaluation:  # slime's eval data: per dataset, rewards / truncated / samples
+        flat = [s for group in samples for s in group]
+        return RolloutFnEvalOutput(data={"polar": {
+            "rewards": [_reward(s) for s in flat], "truncated": [_status(s) == "TRUNCATED" for s in flat],
+            "samples": flat}})
+    return RolloutFnTrainOutput(samples=samples, metrics=metrics)
+
+
+def _reward(sample: Any) -> Any:
+    reward = getattr(sample, "reward", None)
+    return next(iter(reward.values())) if isinstance(reward, dict) and reward else reward
+
+
+def _status(sample: Any) -> str:
+    status = getattr(sample, "status", "")
+    return str(getattr(status, "name", status))

@@ -1,0 +1,46 @@
+"""The slime rollout function against the stack, called the way slime calls it
+(``generate_rollout(args, rollout_id, data_source)``), with slime's own types stood in by the
+test (slime is not installed here): each prompt group becomes a task, its sessions come back as
+one list of samples with tokens, masks, logprobs and rewards."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from pipeline.trainers.slime_rollout import generate_rollout
+from tests.e2e.conftest import EXAMPLES
+
+
+class PromptSample:  # what slime's data source hands out: a prompt (and a label)
+    def __init__(self, prompt, label=None):
+        self.prompt, self.label = prompt, label
+
+
+class DataSource:
+    def __init__(self, prompts):
+        self.prompts = prompts
+
+    def get_samples(self, n):
+        return [[PromptSample(p)] for p in self.prompts[:n]]
+
+
+def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_path):
+    template = json.loads((EXAMPLES / "demo_task.json").read_text())
+    template["runtime"]["prepare"][0]["src"] = str(EXAMPLES / "bash_agent.py")
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template))
+    args = SimpleNamespace(polar_task_template=str(path), polar_api_url=stack.settings.api_url,
+                           polar_api_token=stack.settings.secret("api_token"), n_samples_per_prompt=2,
+                           rollout_batch_size=2, polar_timeout=240)
+    prompts = ["Create hello.txt containing 'hello world'.",
+               [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Write hello.txt."}]]
+    out = generate_rollout(args, rollout_id=7, data_source=DataSource(prompts))
+    assert len(out["samples"]) == 2 and out["metrics"]["sessions"] == 4 and out["metrics"]["usable"] == 4
+    for index, group in enumerate(out["samples"]):
+        sessions = {s["session_id"] for s in group}
+        assert len(sessions) == 2 and {s["group_index"] for s in group} == {index}
+        for s in group:
+            assert len(s["tokens"]) > s["response_length"] == len(s["loss_mask"]) == len(s["rollout_log_probs"])
+            assert s["reward"] == {"score": 1.0} and s["status"] == "COMPLETED"
+    assert out["metrics"]["reward_mean"] == 1.0
