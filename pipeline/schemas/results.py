@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer, field_validator, model_validator
 
 from pipeline.status import SessionStatus, TaskState
 
@@ -110,6 +110,47 @@ class SessionTiming(BaseModel):
             "total": self._ms(self.registered_at, self.finished_at),
         }
 
+    # Polar's SessionTiming names for the same durations (its clients read these).
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def register_to_init_queue_ms(self) -> float | None:
+        return self._ms(self.registered_at, self.init_started_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def init_ms(self) -> float | None:
+        return self._ms(self.init_started_at, self.ready_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ready_queue_ms(self) -> float | None:
+        return self._ms(self.ready_at, self.run_started_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def run_ms(self) -> float | None:
+        return self._ms(self.run_started_at, self.run_ended_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def postrun_queue_ms(self) -> float | None:
+        return self._ms(self.run_ended_at, self.postrun_started_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def postrun_ms(self) -> float | None:
+        return self._ms(self.postrun_started_at, self.postrun_ended_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def eval_ms(self) -> float | None:
+        return self._ms(self.evaluate_started_at, self.evaluate_ended_at)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def e2e_ms(self) -> float | None:
+        return self._ms(self.registered_at, self.finished_at)
+
 
 class SessionResult(BaseModel):
     """The terminal record of one session; published once to the results stream as msgpack."""
@@ -161,7 +202,14 @@ class SessionSummary(BaseModel):
     error: str | None = None
 
 
+POLAR_FAILED = "failed"  # Polar's terminal word for a task that did not complete
+
+
 class TaskStatus(BaseModel):
+    """A task as the API reports it: a superset of Polar's ``TaskStatus``. On the wire a cancelled
+    task's ``status`` is ``failed`` -- Polar's pollers stop on completed or failed only -- with
+    ``cancelled: true`` saying why; reading it back gives ``TaskState.CANCELLED`` again."""
+
     task_id: str
     status: TaskState
     total_sessions: int
@@ -176,6 +224,20 @@ class TaskStatus(BaseModel):
     # Polar's field: the results-directory files of the task's finished sessions (sample order).
     result_paths: list[str] = Field(default_factory=list)
     early_stopped: bool = False  # early_stop_min_usable_sessions was reached; the rest were cancelled
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _polar_failed(cls, v: Any) -> Any:
+        return TaskState.CANCELLED if v == POLAR_FAILED else v
+
+    @field_serializer("status")
+    def _status_on_the_wire(self, v: TaskState) -> str:
+        return POLAR_FAILED if v == TaskState.CANCELLED else v.value
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cancelled(self) -> bool:
+        return self.status == TaskState.CANCELLED
 
     @computed_field  # type: ignore[prop-decorator]
     @property

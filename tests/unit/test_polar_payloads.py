@@ -61,3 +61,12 @@ def test_early_stop_must_fit_the_group():
         TaskRequest.model_validate({**task(custom_shell="true"), "early_stop_min_usable_sessions": 0})
     ok = TaskRequest.model_validate({**task(custom_shell="true"), "num_samples": 4, "early_stop_min_usable_sessions": 2})
     assert ok.early_stop_min_usable_sessions == 2
+
+
+def test_a_cancelled_task_is_failed_on_the_wire_for_polars_pollers_and_cancelled_when_read_back():
+    status = TaskStatus(task_id="t", status=TaskState.CANCELLED, total_sessions=2)
+    wire = status.model_dump(mode="json")
+    assert wire["status"] == "failed" and wire["cancelled"] is True  # Polar's pollers stop on it
+    assert TaskStatus.model_validate(wire).status == TaskState.CANCELLED  # ours read it back
+    running = TaskStatus(task_id="t", status=TaskState.RUNNING, total_sessions=2).model_dump(mode="json")
+    assert running["status"] == "running" and running["cancelled"] is False
