@@ -78,6 +78,13 @@ def __getattr__(name: str) -> Any:  # PEP 562: `celery -A pipeline.celery_app` a
     raise AttributeError(name)
 
 
+def init_priority(dispatch_priority: int) -> int:
+    """Polar's dispatch_priority (0-100, higher first) as a message priority on the Redis broker,
+    where 0 is served first and kombu keeps steps 0, 3, 6, 9: 100 -> 0 ... 0 -> 9. (Other stages'
+    messages carry none, which is 0: a session already started is never held behind new ones.)"""
+    return 9 - round(max(0, min(100, dispatch_priority)) * 9 / 100)
+
+
 def dispatch(app: Celery, stage: Stage, session_id: str, **options: Any) -> None:
     """Enqueue one stage of one session (by task name; the worker fleet of that queue runs it)."""
     app.send_task(stage.task_name, args=[session_id], queue=stage.queue, **options)

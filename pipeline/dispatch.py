@@ -18,9 +18,10 @@ class Dispatcher:
         self.app = app
         self._r = r
 
-    def send(self, stage: Stage, session_id: str) -> None:
+    def send(self, stage: Stage, session_id: str, priority: int | None = None) -> None:
+        """``priority``: the INIT message's (``celery_app.init_priority``); None for the others."""
         note_sent(self._r, session_id, stage)
-        dispatch(self.app, stage, session_id)
+        dispatch(self.app, stage, session_id, **({"priority": priority} if priority is not None else {}))
 
     def callback(self, task_id: str) -> None:
         """Deliver a finished task's callback (the outbox tracks it; see stores/callbacks.py)."""

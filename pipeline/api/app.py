@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from pipeline import results_dir
 from pipeline.api.openapi import openapi_document
 from pipeline.callback_policy import refusal
-from pipeline.celery_app import dispatch, make_app, stage_queues
+from pipeline.celery_app import dispatch, init_priority, make_app, stage_queues
 from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         # reaper sends them.
         try:
             for spec in specs:
-                dispatch(celery, Stage.INIT, spec.session_id)
+                dispatch(celery, Stage.INIT, spec.session_id, priority=init_priority(spec.dispatch_priority))
         except Exception as exc:  # noqa: BLE001 - accepted is accepted: the reaper dispatches later
             log.warning("task %s: INIT dispatch deferred to the reaper: %s", task.task_id, exc)
         return _json({"task_id": task.task_id, "status": "pending",

@@ -247,6 +247,9 @@ class TaskRequest(_Spec):
     # Polar's: once this many sessions ended usable (completed, a finite reward, something to
     # train on), the task's other sessions are cancelled and the task completes.
     early_stop_min_usable_sessions: StrictInt | None = Field(default=None, ge=1)
+    # Polar's 0-100: a higher one enters INIT before lower ones not yet started (a Celery message
+    # priority on the INIT queue); running sessions are never preempted.
+    dispatch_priority: StrictInt = Field(default=0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _early_stop_fits(self) -> "TaskRequest":
@@ -304,6 +307,7 @@ class SessionSpec(_Spec):
     builder: BuilderSpec
     evaluator: EvaluatorSpec
     metadata: dict[str, Any] = Field(default_factory=dict)
+    dispatch_priority: int = 0
 
     @classmethod
     def expand(cls, task: TaskRequest) -> list["SessionSpec"]:
@@ -319,6 +323,7 @@ class SessionSpec(_Spec):
                 builder=task.builder,
                 evaluator=task.evaluator,
                 metadata=dict(task.metadata),
+                dispatch_priority=task.dispatch_priority,
             )
             for i in range(task.num_samples)
         ]

@@ -70,3 +70,12 @@ def test_a_cancelled_task_is_failed_on_the_wire_for_polars_pollers_and_cancelled
     assert TaskStatus.model_validate(wire).status == TaskState.CANCELLED  # ours read it back
     running = TaskStatus(task_id="t", status=TaskState.RUNNING, total_sessions=2).model_dump(mode="json")
     assert running["status"] == "running" and running["cancelled"] is False
+
+
+def test_dispatch_priority_maps_onto_the_brokers_priorities_highest_first():
+    from pipeline.celery_app import init_priority
+
+    assert [init_priority(p) for p in (100, 67, 50, 34, 0)] == [0, 3, 5, 6, 9]  # Redis serves 0 first
+    assert TaskRequest.model_validate({**task(custom_shell="true"), "dispatch_priority": 80}).dispatch_priority == 80
+    with pytest.raises(ValueError, match="dispatch_priority"):
+        TaskRequest.model_validate({**task(custom_shell="true"), "dispatch_priority": 101})

@@ -19,6 +19,7 @@ import threading
 import time
 
 from pipeline import results_dir
+from pipeline.celery_app import init_priority
 from pipeline.status import Stage
 from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
@@ -59,13 +60,23 @@ def reap_once(d: Deps) -> list[tuple[str, Stage]]:
     found: list[tuple[str, Stage]] = []
     for sid, stage in take_expired(d.stores.r):
         log.warning("reaper: %s of %s lost its worker; dispatching it again", stage.value, sid)
-        d.dispatcher.send(stage, sid)
+        resend(d, stage, sid)
         found.append((sid, stage))
     found += _lost_messages(d)
     for task_id in d.stores.callbacks.due(CALLBACK_LATE_SECONDS):
         log.warning("reaper: the callback of task %s is overdue (its worker died?); sending it again", task_id)
         d.dispatcher.callback(task_id)
     return found
+
+
+def resend(d: Deps, stage: Stage, sid: str) -> None:
+    """An INIT message goes back with its task's dispatch_priority (a lost one must not jump
+    the queue); the others carry none."""
+    priority = None
+    if stage == Stage.INIT:
+        state = d.stores.sessions.get(sid)
+        priority = init_priority(state.spec.dispatch_priority) if state is not None else None
+    d.dispatcher.send(stage, sid, priority)
 
 
 def _lost_messages(d: Deps) -> list[tuple[str, Stage]]:
@@ -82,7 +93,7 @@ def _lost_messages(d: Deps) -> list[tuple[str, Stage]]:
                 continue
         log.warning("reaper: %s of %s was sent %.0fs ago and never started; sending it again", stage.value, sid,
                     now - sent_at)
-        d.dispatcher.send(stage, sid)
+        resend(d, stage, sid)
         found.append((sid, stage))
     return found
 
