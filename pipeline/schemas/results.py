@@ -224,6 +224,7 @@ class TaskStatus(BaseModel):
     # Polar's field: the results-directory files of the task's finished sessions (sample order).
     result_paths: list[str] = Field(default_factory=list)
     early_stopped: bool = False  # early_stop_min_usable_sessions was reached; the rest were cancelled
+    early_stop_min_usable_sessions: int | None = None  # the task's, as submitted
 
     @field_validator("status", mode="before")
     @classmethod

@@ -130,6 +130,7 @@ class TaskStore:
             metadata=request.metadata,
             result_paths=[paths[sid] for sid in sids if sid in paths],
             early_stopped=bool(f.get("early_stopped")),
+            early_stop_min_usable_sessions=request.early_stop_min_usable_sessions,
         )
 
     def recent(self, limit: int = 50) -> list[str]:

@@ -89,3 +89,27 @@ def test_real_merged_trajectories_convert_for_slime_verl_and_skyrl(client, demo_
         assert out["response_mask"] == sample["loss_mask"] and out["num_turns"] == 3
     gen = skyrl.to_generator_output(status.results)
     assert [len(m) for m in gen["loss_masks"]] == [len(r) for r in gen["response_ids"]]
+
+
+def test_groups_come_off_the_stream_whole_or_as_soon_as_enough_are_usable(client, demo_task):
+    """iter_groups: a plain task's group once all its sessions are in; an early-stopped task's as
+    soon as its usable count is reached (its cancelled sessions, arriving later, are dropped)."""
+    import copy
+    import uuid
+
+    from pipeline.trainers.stream_groups import iter_groups
+
+    whole = dict(copy.deepcopy(demo_task), task_id=f"whole-{uuid.uuid4().hex[:6]}", num_samples=2)
+    early = dict(copy.deepcopy(demo_task), task_id=f"early-{uuid.uuid4().hex[:6]}", num_samples=8,
+                 early_stop_min_usable_sessions=2)
+    early["agent"]["custom_shell"]["command"] += " && sleep 2"
+    ids = {client.submit(whole), client.submit(early)}
+    got = {}
+    for g in iter_groups(client, group=f"groups-{uuid.uuid4().hex[:6]}", consumer="c0", block_ms=500,
+                         stop_after=120):
+        if g.task_id in ids:
+            got[g.task_id] = g
+        if len(got) == 2:
+            break
+    assert len(got[whole["task_id"]].results) == 2 and got[whole["task_id"]].stats["usable"] == 2
+    assert got[early["task_id"]].stats["usable"] == 2 and len(got[early["task_id"]].results) < 8

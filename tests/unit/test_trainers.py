@@ -96,3 +96,14 @@ def test_verl_and_skyrl_fields():
     assert len(g["response_ids"]) == len(g["loss_masks"]) == len(g["rollout_logprobs"]) == 3
     assert g["trajectory_ids"][-1] == {"instance_id": "t", "repetition_id": 1}
     assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "sequences": 3}
+
+
+def test_a_turn_with_call_markup_but_no_parsed_call_zeroes_its_traces_reward():
+    from pipeline.trainers import filters
+
+    good, bad = trace(reward=1.0), trace(reward=1.0)
+    good.response_messages = [{"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}]
+    bad.response_messages = [{"role": "assistant", "content": "<tool_call>{\"name\": \"bash\", \"argu"}]
+    r = result("a", 1.0, traces=[good, bad])
+    assert filters.zero_unparsed(r) == [1]
+    assert [t.reward for t in r.trajectory.traces] == [1.0, 0.0]
