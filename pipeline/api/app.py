@@ -159,6 +159,14 @@ def create_app(settings: Settings | None = None) -> Flask:
             out["workers"] = _workers(celery)
         return _json(out)
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        from pipeline.api.metrics import render
+        from pipeline.stores import pipeline_gauges
+
+        body = render(lambda: pipeline_gauges.snapshot(r, stores))
+        return Response(body, mimetype="text/plain; version=0.0.4")
+
     @app.get("/health")
     def health() -> Response:
         try:

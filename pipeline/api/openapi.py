@@ -73,6 +73,9 @@ def openapi_document() -> dict[str, Any]:
             "/rollout/status": {"get": {"operationId": "pipeline_status", "parameters": [{
                 "name": "workers", "in": "query", "required": False, "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "queues, READY, workers"}, **_COMMON}}},
+            "/metrics": {"get": {"operationId": "metrics",
+                                 "responses": {"200": {"description": "Prometheus text: stage queues, in flight, "
+                                                                     "READY, tasks, results stream"}, **_COMMON}}},
             "/health": {"get": {"operationId": "health", "security": [],
                                 "responses": {"200": {"description": "ok"}, "503": {"description": "Redis down"}}}},
         },
