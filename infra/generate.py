@@ -81,7 +81,7 @@ def task_for(obj: dict[str, Any], run: Run) -> dict[str, Any]:
     """The task payload of one input line."""
     iid = instance_id(obj)
     agent = {"harness": run.harness, "model_name": run.model}
-    meta = {"instance_id": iid, "repo": obj.get("repo") or obj.get("metadata", {}).get("repo") or "-",
+    meta = {"instance_id": iid, "repo": repo_of(obj),
             "generate_run": run.key}
     if "instruction" in obj and "evaluator" in obj:  # a whole task payload
         task = {k: v for k, v in obj.items() if k != "instance_id"}
@@ -142,7 +142,7 @@ def append_lines(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def record(out: Path, obj: dict[str, Any], results: list[SessionResult], min_reward: float) -> dict[str, Any]:
     """Write the accepted trajectories of one finished instance, then its state line."""
-    iid, repo = instance_id(obj), task_for_repo(obj)
+    iid, repo = instance_id(obj), repo_of(obj)
     accepted = [r for r in results if r.reward is not None and r.reward >= min_reward and r.trajectory.traces]
     append_lines(out / DATA_FILE, [row for r in accepted for row in trace_rows(r, iid, repo)])
     rec = {"instance_id": iid, "repo": repo, "attempts": len(results), "accepted": len(accepted),
@@ -151,7 +151,7 @@ def record(out: Path, obj: dict[str, Any], results: list[SessionResult], min_rew
     return rec
 
 
-def task_for_repo(obj: dict[str, Any]) -> str:
+def repo_of(obj: dict[str, Any]) -> str:
     return str(obj.get("repo") or obj.get("metadata", {}).get("repo") or "-")
 
 

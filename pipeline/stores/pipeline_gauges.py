@@ -22,8 +22,9 @@ def stages_in_flight(r: redis.Redis) -> dict[str, int]:
 
 
 def snapshot(r: redis.Redis, stores: Any) -> dict[str, Any]:
+    depths = queue_depths(r, [s.queue for s in Stage])
     return {
-        "queue_depth": {s.value: n for s, n in zip(Stage, queue_depths(r, [s.queue for s in Stage]).values())},
+        "queue_depth": {s.value: depths[s.queue] for s in Stage},
         "in_flight": stages_in_flight(r),
         "ready": stores.ready.snapshot(),
         "tasks": stores.tasks.state_counts(),

@@ -125,3 +125,13 @@ def test_bad_preset_settings_are_refused_at_submit_naming_the_field(settings, fi
 def test_a_preset_with_a_custom_shell_is_refused():
     with pytest.raises(ValueError, match="custom_shell"):
         TaskRequest.model_validate({"instruction": "x", "agent": {"harness": "pi", "custom_shell": "true"}})
+
+
+@pytest.mark.parametrize("output, wanted, ok", [
+    ("codex-cli 0.171.0", "0.171.0", True), ("2.1.197 (Claude Code)", "2.1.197", True), ("v0.61.0", "0.61.0", True),
+    ("0.1.10", "0.1.1", False), ("codex-cli 0.171.0", "0.17", False),
+])
+def test_a_version_pin_matches_the_clis_version_as_a_whole_word(output, wanted, ok):
+    from workers.harnesses.cli import version_matches
+
+    assert version_matches(output, wanted) is ok

@@ -129,9 +129,15 @@ class CliHarness:
         if res.exit_code != 0:
             raise HarnessError(f"{self.cli} is not installed where the runtime can run it (`polar harnesses "
                                f"install`): {res.stderr.strip()[-300:] or res.stdout.strip()[-300:]}")
-        if wanted not in found.split() and wanted not in found:
+        if not version_matches(found, wanted):
             raise HarnessError(f"the task wants {self.cli} {wanted}, the runtime has {found!r} "
                                f"(`polar harnesses install --pin {self.name}={wanted}`)")
+
+
+def version_matches(version_output: str, wanted: str) -> bool:
+    """Whether a CLI's ``--version`` output names exactly ``wanted`` ("codex-cli 0.171.0",
+    "2.1.197 (Claude Code)", "v1.2.3"): a whole word, so 0.1.1 is not found in 0.1.10."""
+    return wanted in {word.lstrip("v") for word in version_output.split()}
 
 
 def _word(word: Any) -> str:

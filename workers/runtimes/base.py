@@ -8,6 +8,7 @@ Errors are ``pipeline.errors.RuntimeBackendError`` (``RuntimeStartError``, ``Exe
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -41,6 +42,20 @@ class RuntimeHost:
         return cls(root=settings.runtime_root, docker_host=settings.docker_host,
                    proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
                    apptainer_bin=settings.apptainer_bin)
+
+
+TAIL_BYTES = 64 * 1024  # how much of a command's output an ExecResult carries (the log file has all)
+
+
+def log_tail(path: Path) -> str:
+    """The last TAIL_BYTES of a command's log file, as text ("" when there is none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def tools_folder(host: RuntimeHost) -> str | None:

@@ -29,14 +29,13 @@ from urllib.parse import urlsplit, urlunsplit
 from pipeline.errors import ExecError, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
 from workers.runtimes import relay
-from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost, owner_session, tools_folder
+from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost, log_tail, owner_session, tools_folder
 from workers.runtimes.paths import container_path
 
 PROJECT_LABEL = "polar.project"
 PROJECT = "polar-rollout"
 TOOLS_MOUNT = "/polar/tools"
 POLL_SECONDS = 0.1
-TAIL_BYTES = 64 * 1024
 SESSION_DIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")
 _clients: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -237,7 +236,7 @@ class DockerRuntime:
         reader.join(timeout=10)
         cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
         code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
-        return ExecResult(exit_code=code, stdout=_tail(out_path), stderr=_tail(err_path), timed_out=timed_out,
+        return ExecResult(exit_code=code, stdout=log_tail(out_path), stderr=log_tail(err_path), timed_out=timed_out,
                           cancelled=cancelled, duration_seconds=time.monotonic() - started,
                           log_paths={"stdout": str(out_path), "stderr": str(err_path)})
 
@@ -321,12 +320,3 @@ def _drain(stream: Any, out_path: Path, err_path: Path) -> None:
         except Exception:  # the connection broke with the command (killed): what came is kept
             pass
 
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

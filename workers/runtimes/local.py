@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import ExecResult, RuntimeHost, tools_folder
+from workers.runtimes.base import ExecResult, RuntimeHost, log_tail, tools_folder
 from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
 KILL_GRACE_SECONDS = 2.0
-TAIL_BYTES = 64 * 1024
 
 
 class LocalRuntime:
@@ -130,7 +129,7 @@ class LocalRuntime:
                 pidfile.unlink(missing_ok=True)
         return ExecResult(
             exit_code=None if (timed_out or cancelled) else proc.returncode,
-            stdout=_tail(out_path), stderr=_tail(err_path), timed_out=timed_out,
+            stdout=log_tail(out_path), stderr=log_tail(err_path), timed_out=timed_out,
             cancelled=cancelled, duration_seconds=time.monotonic() - started,
             log_paths={"stdout": str(out_path), "stderr": str(err_path)},
         )
@@ -205,12 +204,3 @@ def _killpg(pgid: int, sig: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

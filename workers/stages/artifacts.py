@@ -10,21 +10,20 @@ session ends; the copies are still never a place to find one.) A session keeps a
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
+from pipeline.results_dir import safe_name
 from workers.stages.common import log
 
 REDACTED = "sk-polar-REDACTED"
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 SOURCES = ("logs", "artifacts")  # session-directory folders always kept
 
 
 def folder_for(home: Path, task_id: str, session_id: str) -> Path:
-    """Where a session's artifacts go; the task id is made a safe single folder name."""
-    task = _SAFE.sub("_", task_id) or "_"
-    return home / "artifacts" / ("_" + task if task.startswith(".") else task) / _SAFE.sub("_", session_id)
+    """Where a session's artifacts go: one safe folder name per id (as the results directory
+    names them: never '.'/'..', and two ids that sanitise alike stay apart)."""
+    return home / "artifacts" / safe_name(task_id) / safe_name(session_id)
 
 
 def redact(data: bytes, secret: str) -> bytes:
@@ -68,10 +67,13 @@ def remove_old(home: Path, keep_seconds: float, now: float) -> int:
     if not base.is_dir():
         return 0
     for task in base.iterdir():
-        for session in task.iterdir() if task.is_dir() else []:
-            if now - session.stat().st_mtime > keep_seconds:
-                shutil.rmtree(session, ignore_errors=True)
-                removed += 1
-        if task.is_dir() and not any(task.iterdir()):
-            task.rmdir()
+        try:  # every worker's reaper prunes: another may remove (or fill) a folder under us
+            for session in task.iterdir() if task.is_dir() else []:
+                if now - session.stat().st_mtime > keep_seconds:
+                    shutil.rmtree(session, ignore_errors=True)
+                    removed += 1
+            if task.is_dir() and not any(task.iterdir()):
+                task.rmdir()
+        except OSError:
+            continue
     return removed
