@@ -14,7 +14,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.status import SessionStatus, TaskState
-from tests.support import wait_for
 
 SCRIPT = json.loads((__import__("pathlib").Path(__file__).resolve().parents[2]
                      / "examples" / "demo_policy.json").read_text())["turns"]
@@ -139,29 +138,3 @@ def test_early_stop_cancels_the_rest_once_enough_sessions_are_usable(client, dem
     assert status.status == TaskState.COMPLETED and status.early_stopped, status.counts
     assert status.counts.get("COMPLETED", 0) >= 2 and status.counts.get("CANCELLED", 0) >= 1, status.counts
     assert sum(status.counts.values()) == 8 and status.finished_sessions == 8
-
-
-def test_a_higher_dispatch_priority_enters_init_before_sessions_waiting_longer(client, demo_task):
-    """Polar's dispatch_priority: with the INIT queue backed up by a big low-priority task, the
-    sessions of a later high-priority task start INIT before the low-priority ones still queued
-    (running sessions are never preempted)."""
-    import copy
-
-    low = copy.deepcopy(demo_task)
-    low.update(num_samples=14, task_id=demo_task["task_id"] + "-low")
-    low["agent"]["custom_shell"]["command"] += " && sleep 3"
-    low_id = client.submit(low)
-    # Submitted once the run slots are busy and INIT messages wait in the queue behind them.
-    wait_for(lambda: (c := client.status(low_id, results=False).counts).get("RUNNING", 0) >= 1
-             and c.get("REGISTERED", 0) >= 6, timeout=120, interval=0.1)
-    high = copy.deepcopy(demo_task)
-    high.update(num_samples=2, task_id=demo_task["task_id"] + "-high", dispatch_priority=100)
-    high_id = client.submit(high)
-    low_status = client.wait(low_id, timeout=300, poll_seconds=0.5)
-    high_status = client.wait(high_id, timeout=300, poll_seconds=0.5)
-    high_started = max(r.timing.init_started_at for r in high_status.results)
-    later_low = [r for r in low_status.results if r.timing.init_started_at > high_started]
-    order = sorted((r.timing.init_started_at, "high" if r in high_status.results else "low")
-                   for r in low_status.results + high_status.results)
-    assert later_low, f"every low-priority session started INIT before the high-priority ones: {order}"
-    assert {r.status for r in low_status.results + high_status.results} == {SessionStatus.COMPLETED}
