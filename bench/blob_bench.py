@@ -1,5 +1,6 @@
-"""Result blobs: version 1 (the pydantic dump, msgpack-packed) against version 2 (packed arrays)
-on 10k / 100k / 1M-token trajectories of both builders' shapes, in one run.
+"""Result blobs: version 1 (the pydantic dump, msgpack-packed), version 2 (the "aligned" layout:
+plain packed arrays, read in place) and version 3 (the "compact" layout, the default) on 10k /
+100k / 1M-token trajectories of both builders' shapes, in one run.
 
     .venv/bin/python bench/blob_bench.py [--sizes 10000,100000,1000000] [--messages]
 
@@ -11,7 +12,9 @@ Shapes (ids uniform over a 151,936-token vocabulary, logprobs float32 values as 
 
 Bytes per token = blob bytes / (prompt + response ids of every trace). ``--messages`` adds the
 conversation text (about 4 characters per token) to every trace, as real results carry it;
-without it the blobs hold token data only. Times are the best of a few runs.
+without it the blobs hold token data only. "numpy" is ``decode_arrays`` with every array of every
+trace read (ids, mask, logprobs, sampled logprobs): the expansion the compact layout needs
+included. Times are the best of a few runs.
 """
 
 from __future__ import annotations
@@ -104,18 +107,31 @@ def best_ms(fn: Callable[[], Any], repeat: int) -> float:
     return min(times) * 1000
 
 
-def measure(result: SessionResult, repeat: int) -> dict[str, float]:
-    old, new = pack(result), encode_result(result)
+def read_all(blob: bytes) -> int:
+    """Every array of every trace, as a trainer building tensors would read them."""
+    n = 0
+    for t in decode_arrays(blob).traces:
+        for a in (t.prompt_ids, t.response_ids, t.loss_mask, t.response_logprobs, t.sampled_logprobs):
+            n += a.size
+    return n
+
+
+def measure(result: SessionResult, repeat: int) -> dict[str, Any]:
+    blobs = {"v1": pack(result), "v2": encode_result(result, "aligned"), "v3": encode_result(result, "compact")}
     n = tokens_in(result)
-    return {
-        "tokens": n,
-        "old_bpt": len(old) / n, "new_bpt": len(new) / n,
-        "old_enc": best_ms(lambda: pack(result), repeat), "new_enc": best_ms(lambda: encode_result(result), repeat),
-        # What consumers did until now: the pydantic model from the msgpack dump.
-        "old_dec": best_ms(lambda: SessionResult.model_validate(unpack(old)), repeat),
-        "new_dec": best_ms(lambda: decode_result(new), repeat),
-        "arrays": best_ms(lambda: decode_arrays(new), max(repeat, 20)),
-    }
+    out: dict[str, Any] = {"tokens": n}
+    encoders = {"v1": lambda: pack(result), "v2": lambda: encode_result(result, "aligned"),
+                "v3": lambda: encode_result(result, "compact")}
+    for v, blob in blobs.items():
+        out[v] = {
+            "bpt": len(blob) / n,
+            "enc": best_ms(encoders[v], repeat),
+            # v1: what consumers did before v2, the pydantic model from the msgpack dump.
+            "dec": best_ms((lambda b=blob: SessionResult.model_validate(unpack(b))) if v == "v1"
+                           else (lambda b=blob: decode_result(b)), repeat),
+            "numpy": best_ms(lambda b=blob: read_all(b), max(repeat, 10)),
+        }
+    return out
 
 
 def main() -> None:
@@ -124,18 +140,19 @@ def main() -> None:
     parser.add_argument("--messages", action="store_true", help="carry the conversation text too")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'shape':<15}{'tokens':>10} | {'bytes/token old':>15}{'new':>7}{'ratio':>7} | "
-          f"{'encode ms old':>13}{'new':>8}{'ratio':>7} | {'decode ms old':>13}{'new':>8}{'ratio':>7} | "
-          f"{'numpy ms':>9}{'ratio':>9}")
+    cols = ("bytes/token", "encode ms", "decode ms", "numpy ms")
+    print(f"{'shape':<15}{'tokens':>10} | " + " | ".join(f"{c + ' v1/v2/v3':>27}" for c in cols)
+          + " | v1/v3 bytes")
     for shape, make in (("prefix_merging", merged), ("per_request", per_request)):
         for size in sizes:
             m = measure(make(size, args.messages), repeat=3 if size >= 1_000_000 else 5)
-            print(f"{shape:<15}{m['tokens']:>10,} | {m['old_bpt']:>15.2f}{m['new_bpt']:>7.2f}"
-                  f"{m['old_bpt'] / m['new_bpt']:>6.1f}x | {m['old_enc']:>13.1f}{m['new_enc']:>8.1f}"
-                  f"{m['old_enc'] / m['new_enc']:>6.1f}x | {m['old_dec']:>13.1f}{m['new_dec']:>8.1f}"
-                  f"{m['old_dec'] / m['new_dec']:>6.1f}x | {m['arrays']:>9.3f}{m['old_dec'] / m['arrays']:>8.0f}x")
-    print("decode: old = SessionResult from the msgpack dump, new = decode_result (pydantic), "
-          "numpy = decode_arrays (views; ratio against the old decode)")
+            cells = []
+            for key, fmt in (("bpt", "{:.2f}"), ("enc", "{:.1f}"), ("dec", "{:.1f}"), ("numpy", "{:.2f}")):
+                cells.append(f"{' / '.join(fmt.format(m[v][key]) for v in ('v1', 'v2', 'v3')):>27}")
+            print(f"{shape:<15}{m['tokens']:>10,} | " + " | ".join(cells) + f" | {m['v1']['bpt'] / m['v3']['bpt']:>8.1f}x")
+    print("v1: the pydantic dump packed (decode: SessionResult from it; numpy: arrays from it); v2: aligned "
+          "layout; v3: compact layout (the default). decode = decode_result (pydantic); numpy = decode_arrays "
+          "with every array read")
 
 
 if __name__ == "__main__":

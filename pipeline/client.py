@@ -3,7 +3,7 @@
     client = RolloutClient("http://rollout:8090", redis_url="redis://...")
     task_id = client.submit(task)
     for item in client.results(group="trainer", consumer="rank0"):
-        train_on(item.arrays)      # numpy views of each trace's ids, mask and logprobs (no copy)
+        train_on(item.arrays)      # numpy arrays of each trace's ids, mask and logprobs
         # or item.result: the SessionResult (pydantic: an object per token, ~1 s per million)
         item.ack()                 # only after it is safely in the replay buffer
 
@@ -56,7 +56,7 @@ class Delivery:
 
     @property
     def arrays(self) -> ResultArrays:
-        """Each trace's ids, loss mask and logprobs as read-only numpy views (pipeline/blobs/arrays.py)."""
+        """Each trace's ids, loss mask and logprobs as numpy arrays (pipeline/blobs/arrays.py)."""
         return self.entry.arrays
 
     @property
@@ -233,7 +233,7 @@ def _poison(e: StreamEntry, max_deliveries: int) -> str | None:
     if e.deliveries > max_deliveries:
         return f"delivered {e.deliveries} times without an ack (max_deliveries={max_deliveries})"
     try:
-        e.arrays  # noqa: B018 - decodes (views, no copy) and caches what the trainer reads
+        e.arrays.read_all()  # decodes every array (cached: what the trainer reads next)
     except Exception as exc:  # noqa: BLE001 - any failure to decode makes it poison
         return f"undecodable: {type(exc).__name__}: {exc}"
     return None

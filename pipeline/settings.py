@@ -120,6 +120,10 @@ class Settings(BaseSettings):
     # workers must see the same folder. Pruned after results_keep_days.
     results_dir: Path | None = None
     results_format: Literal["json", "msgpack"] = "json"
+    # How result and trajectory blobs are laid out (docs/result-blobs.md): "compact" (version 3,
+    # ~4.4 bytes a token on a merged trace, a few ms a million tokens to expand) or "aligned"
+    # (version 2, ~9 bytes a response token, every array a view of the blob).
+    blob_layout: Literal["compact", "aligned"] = "compact"
     results_keep_days: float = Field(default=30.0, gt=0)
     callback_attempts: int = Field(default=4, ge=1)
     # Celery task events (what Flower shows: queued, started, finished per task).

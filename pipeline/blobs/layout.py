@@ -1,16 +1,20 @@
-"""The byte layout of a version-2 blob: writing it, finding its parts, and turning it back into
-the plain (version-1 shaped) data the pydantic schemas validate. Knows no schema class, so the
-schemas themselves can call it (``docs/result-blobs.md`` is the specification).
+"""The byte layout of version-2 and version-3 blobs: writing them, finding their parts, and
+turning them back into the plain (version-1 shaped) data the pydantic schemas validate. Knows no
+schema class, so the schemas themselves can call it (``docs/result-blobs.md`` is the
+specification).
 
-A version-2 blob is one msgpack map whose first two entries are fixed::
+Both are one msgpack map whose first two entries are fixed::
 
-    "blob_version": 2
-    "arrays": <bin32>          every packed array of every trace, each starting 8-aligned
+    "blob_version": 2 or 3
+    "arrays": <bin32>          every packed array of every trace
     ...                        the other fields, as in version 1, except each trace's token
                                fields, which are references into "arrays"
 
 The fixed start is what lets a reader take numpy views of the arrays without parsing, or
-copying, the bin: its position is known after reading three keys.
+copying, the bin: its position is known after reading three keys. Version 2 ("aligned") keeps
+every array a plain little-endian array, each read in place; version 3 ("compact") may also use
+the smaller encodings of ``compact.py`` (3-byte ids, run-length masks, logprobs of sampled tokens
+only), which cost a copy to expand.
 """
 
 from __future__ import annotations
@@ -21,18 +25,25 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from pipeline.blobs import compact
 from pipeline.codec import pack, unpack
 from pipeline.errors import BlobFormatError
 
-BLOB_VERSION = 2
+# What each layout writes; a reader takes both (and version 1, which has no blob_version).
+LAYOUTS = {"compact": 3, "aligned": 2}
+BLOB_VERSION = LAYOUTS["compact"]  # the newest
 VERSION_KEY = "blob_version"
 ARRAYS_KEY = "arrays"
 # The trace fields that travel packed; every other trace field is stored as in version 1.
 PACKED_FIELDS = ("prompt_ids", "response_ids", "loss_mask", "response_logprobs")
 TOKENS_FIELD = "response_tokens"  # per-token strings, only when an engine returned some
 NESTED = "msgpack"  # the dtype of a reference whose bytes are one msgpack value, not an array
-DTYPES = frozenset({"<i4", "<i8", "<u8", "|u1", "<f4", "<f8", NESTED})
+PLAIN_DTYPES = frozenset({"<i4", "<i8", "<u8", "|u1", "<f4", "<f8"})
+DTYPES = PLAIN_DTYPES | {NESTED, compact.U2, compact.U3, compact.RUNS, compact.BITS}
 ALIGN = 8
+# Arrays read in place start 8-aligned (numpy and torch want aligned memory); what is only ever
+# copied out needs no more than its element's alignment.
+_ALIGN_OF = {compact.U3: 1, compact.BITS: 1, compact.U2: 2, compact.RUNS: 4}
 
 _VERSION_KEY_PACKED = pack(VERSION_KEY)
 _ARRAYS_KEY_PACKED = pack(ARRAYS_KEY)
@@ -82,14 +93,16 @@ class ArrayWriter:
         self._lead = lead
         self._tail: tuple[dict[str, Any], bytes] | None = None  # the last array, when nothing follows it
 
-    def add(self, dtype: str, data: bytes, *, reuse_at: int | None = None) -> dict[str, Any]:
-        """``reuse_at``: where the same bytes may already be (then they are not written again)."""
+    def add(self, dtype: str, data: bytes, *, count: int | None = None,
+            reuse_at: int | None = None) -> dict[str, Any]:
+        """``count``: elements, where the bytes do not tell (a bit mask); ``reuse_at``: where the
+        same bytes may already be (then they are not written again)."""
         if not data:
-            return _ref(dtype, 0, data)
+            return _ref(dtype, 0, data, count)
         if reuse_at is not None and self._holds(reuse_at, data):
-            return _ref(dtype, reuse_at, data)
-        self.buffer += b"\0" * (-(self._lead + len(self.buffer)) % ALIGN)
-        ref = _ref(dtype, len(self.buffer), data)
+            return _ref(dtype, reuse_at, data, count)
+        self.buffer += b"\0" * (-(self._lead + len(self.buffer)) % _ALIGN_OF.get(dtype, ALIGN))
+        ref = _ref(dtype, len(self.buffer), data, count)
         self.buffer += data
         self._tail = (ref, data)
         return ref
@@ -110,9 +123,14 @@ class ArrayWriter:
             return view[offset:offset + len(data)] == data
 
 
-def _ref(dtype: str, offset: int, data: bytes) -> dict[str, Any]:
-    return {"dtype": dtype, "offset": offset,
-            "count": len(data) if dtype == NESTED else len(data) // np.dtype(dtype).itemsize}
+def _ref(dtype: str, offset: int, data: bytes, count: int | None = None) -> dict[str, Any]:
+    if count is None:
+        count = len(data) if dtype == NESTED else len(data) // _itemsize(dtype)
+    return {"dtype": dtype, "offset": offset, "count": count}
+
+
+def _itemsize(dtype: str) -> int:
+    return compact.ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize
 
 
 @dataclass
@@ -127,38 +145,64 @@ class TraceColumns:
     rest: dict[str, Any]
 
 
-def pack_traces(writer: ArrayWriter, traces: list[TraceColumns]) -> list[dict[str, Any]]:
+def pack_traces(writer: ArrayWriter, traces: list[TraceColumns], compact_layout: bool = False) -> list[dict[str, Any]]:
     # Prompts first and back to back: the per_request builder's traces are one conversation
     # whose every prompt extends the one before, so each is written as its predecessor plus
     # the new ids (the references overlap), and a response that reappears in the next prompt
-    # is a reference into it. Decoding is unchanged: every array is still one contiguous view.
-    prompts = [writer.add_extending(*pack_ints(t.prompt_ids)) for t in traces]
+    # is a reference into it. Decoding is unchanged: every array is still one contiguous slice.
+    id_dtype = compact.id_dtype([ids for t in traces for ids in (t.prompt_ids, t.response_ids)]) \
+        if compact_layout else None
+
+    def ids(values: list[int]) -> tuple[str, bytes]:
+        return (id_dtype, compact.pack_ids(values, id_dtype)) if id_dtype else pack_ints(values)
+
+    prompts = [writer.add_extending(*ids(t.prompt_ids)) for t in traces]
     packed = []
     for prompt, t in zip(prompts, traces):
-        dtype, response = pack_ints(t.response_ids)
+        dtype, response = ids(t.response_ids)
         after_prompt = None
         if prompt["dtype"] == dtype != NESTED:
-            after_prompt = prompt["offset"] + prompt["count"] * np.dtype(dtype).itemsize
-        out = {
-            "prompt_ids": prompt,
-            "response_ids": writer.add(dtype, response, reuse_at=after_prompt),
-            "loss_mask": writer.add(*pack_floats(t.loss_mask, flags=True)),
-            "response_logprobs": writer.add(*pack_floats(t.logprobs)),
-        }
+            after_prompt = prompt["offset"] + prompt["count"] * _itemsize(dtype)
+        out = {"prompt_ids": prompt, "response_ids": writer.add(dtype, response, reuse_at=after_prompt)}
+        flags = compact.mask_flags(t.loss_mask) if compact_layout else None
+        if flags is None:
+            out["loss_mask"] = writer.add(*pack_floats(t.loss_mask, flags=True))
+            out["response_logprobs"] = writer.add(*pack_floats(t.logprobs))
+        else:
+            mask_dtype, mask, count = compact.pack_mask(flags)
+            out["loss_mask"] = writer.add(mask_dtype, mask, count=count)
+            out["response_logprobs"] = _add_logprobs(writer, t.logprobs, flags)
         if t.tokens.count(None) != len(t.tokens):
             out[TOKENS_FIELD] = writer.add(NESTED, pack(t.tokens))
         packed.append({**out, **t.rest})
     return packed
 
 
-def write_blob(fields: dict[str, Any], traces: list[TraceColumns]) -> bytes:
+def _add_logprobs(writer: ArrayWriter, logprobs: list[float], flags: np.ndarray) -> dict[str, Any]:
+    """Only the sampled tokens' logprobs, with the one value the others carry as ``fill``, when
+    they all carry one; else all of them."""
+    split = compact.split_logprobs(logprobs, flags)
+    if split is None:
+        return writer.add(*pack_floats(logprobs))
+    sampled, fill = split
+    dtype, data = pack_floats([*sampled, float(fill)])  # the fill must be exact in the same dtype
+    size = np.dtype(dtype).itemsize
+    return {**writer.add(dtype, data[:-size]), "fill": data[-size:]}
+
+
+def write_blob(fields: dict[str, Any], traces: list[TraceColumns], layout: str = "compact") -> bytes:
     """The blob of ``fields`` (a JSON-mode dump of a result or a trajectory, without its
-    traces) and ``traces``."""
+    traces) and ``traces``, in ``layout`` (``LAYOUTS``: "compact" writes version 3, "aligned"
+    version 2)."""
+    try:
+        version = LAYOUTS[layout]
+    except KeyError:
+        raise BlobFormatError(f"unknown blob layout {layout!r} (one of {sorted(LAYOUTS)})") from None
     holder = fields["trajectory"] if "trajectory" in fields else fields
     holder["traces"] = []  # in place first: the map's size goes into the head, laid out before the arrays
-    head = _map_header(len(fields) + 2) + _VERSION_KEY_PACKED + pack(BLOB_VERSION) + _ARRAYS_KEY_PACKED
+    head = _map_header(len(fields) + 2) + _VERSION_KEY_PACKED + pack(version) + _ARRAYS_KEY_PACKED
     writer = ArrayWriter(len(head) + 5)
-    holder["traces"] = pack_traces(writer, traces)
+    holder["traces"] = pack_traces(writer, traces, compact_layout=version == LAYOUTS["compact"])
     arrays = writer.buffer
     if len(arrays) >= 2**32:
         raise BlobFormatError(f"{len(arrays)} bytes of token arrays do not fit one blob (4 GiB at most)")
@@ -187,9 +231,39 @@ class Frame:
     def view(self, ref: dict[str, Any]) -> np.ndarray:
         """A numpy view of the blob for ``ref``: no copy, read-only when the blob is bytes."""
         dtype, offset, count = _checked(ref, self.arrays_size)
-        if dtype == NESTED:
-            raise BlobFormatError("a nested msgpack value is not an array")
+        if dtype == compact.U2:
+            return compact.unpack_ids(self.buffer, self.arrays_start + offset, count, dtype)
+        if dtype not in PLAIN_DTYPES:
+            raise BlobFormatError(f"a {dtype!r} reference is not an array of plain values")
         return np.frombuffer(self.buffer, dtype=dtype, count=count, offset=self.arrays_start + offset)
+
+    def ids(self, ref: dict[str, Any]) -> np.ndarray | list[Any]:
+        """Token ids: a view, a widened copy (3-byte ids), or the list a nested reference holds
+        (ids beyond 64 bits)."""
+        dtype, offset, count = _checked(ref, self.arrays_size)
+        if dtype == compact.U3:
+            return compact.unpack_ids(self.buffer, self.arrays_start + offset, count, dtype)
+        return self.values(ref)
+
+    def mask(self, ref: dict[str, Any], length: int) -> np.ndarray:
+        """The loss mask of a ``length``-token response: a view, or expanded from runs or bits."""
+        dtype, offset, count = _checked(ref, self.arrays_size)
+        if dtype in (compact.RUNS, compact.BITS):
+            return compact.unpack_mask(self.buffer, self.arrays_start + offset, count, dtype, length)
+        out = self.view(ref)
+        if out.size != length:
+            raise BlobFormatError(f"a loss mask of {out.size} tokens for a response of {length}")
+        return out
+
+    def logprobs(self, ref: dict[str, Any], mask: np.ndarray) -> np.ndarray:
+        """Every response token's logprob: a view, or the sampled ones scattered over ``fill``."""
+        values = self.view(ref)
+        if "fill" not in ref:
+            return values
+        fill = ref["fill"]
+        if not isinstance(fill, (bytes, bytearray)):
+            raise BlobFormatError(f"a logprob fill must be bytes, not {type(fill).__name__}")
+        return compact.scatter_logprobs(values, bytes(fill), mask)
 
     def nested(self, ref: dict[str, Any]) -> Any:
         dtype, offset, count = _checked(ref, self.arrays_size)
@@ -223,7 +297,7 @@ def _read_frame(blob: Any, mv: memoryview) -> Frame | None:
     check_version(version)
     pos += 1
     if mv[pos:pos + len(_ARRAYS_KEY_PACKED) + 1] != _ARRAYS_KEY_PACKED + bytes([_BIN32]):
-        raise BlobFormatError('a version-2 blob must have "arrays" (bin32) as its second entry')
+        raise BlobFormatError(f'a version-{version} blob must have "arrays" (bin32) as its second entry')
     pos += len(_ARRAYS_KEY_PACKED) + 1
     size = int.from_bytes(mv[pos:pos + 4], "big")
     start = pos + 4
@@ -233,10 +307,11 @@ def _read_frame(blob: Any, mv: memoryview) -> Frame | None:
 
 
 def check_version(version: Any) -> None:
-    """Version 1 has no ``blob_version`` key, so a blob that names its version must be 2."""
-    if version != BLOB_VERSION:
+    """Version 1 has no ``blob_version`` key, so a blob that names its version must be 2 or 3."""
+    if version not in LAYOUTS.values() or isinstance(version, bool):
+        known = ", ".join(str(v) for v in sorted(LAYOUTS.values()))
         raise BlobFormatError(f"blob_version {version!r} is not one this code reads (1: no blob_version, "
-                              f"{BLOB_VERSION}): upgrade polar-rollout on the reading side")
+                              f"{known}): upgrade polar-rollout on the reading side")
 
 
 def _read_map_header(mv: memoryview) -> tuple[int, int]:
@@ -270,65 +345,8 @@ def _checked(ref: Any, size: int) -> tuple[str, int, int]:
         raise BlobFormatError(f"not an array reference: {ref!r}") from None
     if dtype not in DTYPES:
         raise BlobFormatError(f"unknown array dtype {dtype!r}")
-    nbytes = count if dtype == NESTED else count * np.dtype(dtype).itemsize
+    special = compact.nbytes(dtype, count)
+    nbytes = count if dtype == NESTED else special if special is not None else count * np.dtype(dtype).itemsize
     if offset < 0 or count < 0 or offset + nbytes > size:
         raise BlobFormatError(f"array reference {ref!r} lies outside the arrays ({size} bytes)")
     return dtype, offset, count
-
-
-# --- version 2 -> version-1 shaped data (what the pydantic schemas validate) -----------------
-
-def traces_of(fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """The trace list of a result's fields (under ``trajectory``) or a trajectory's."""
-    holder = fields.get("trajectory") if "trajectory" in fields else fields
-    traces = holder.get("traces") if isinstance(holder, dict) else None
-    return traces if isinstance(traces, list) else []
-
-
-def plain_trace(trace: dict[str, Any], frame: Frame) -> dict[str, Any]:
-    missing = [k for k in PACKED_FIELDS if k not in trace]
-    if missing:
-        raise BlobFormatError(f"a version-2 trace lacks {missing}")
-    response = _as_list(frame.values(trace["response_ids"]))
-    logprobs = _as_floats(frame.values(trace["response_logprobs"]))
-    tokens = frame.nested(trace[TOKENS_FIELD]) if TOKENS_FIELD in trace else None
-    rest = {k: v for k, v in trace.items() if k not in PACKED_FIELDS and k != TOKENS_FIELD}
-    return {
-        "prompt_ids": _as_list(frame.values(trace["prompt_ids"])),
-        "response_ids": response,
-        "loss_mask": _as_floats(frame.values(trace["loss_mask"])),
-        "response_logprobs": [{"token_id": t, "logprob": lp, "token": s}
-                              for t, lp, s in zip(response, logprobs, tokens or [None] * len(response))],
-        **rest,
-    }
-
-
-def plain_fields(frame: Frame) -> dict[str, Any]:
-    """The frame's fields with every trace in the version-1 shape."""
-    fields = dict(frame.fields)
-    plain = [plain_trace(t, frame) for t in traces_of(fields)]
-    if "trajectory" in fields:
-        fields["trajectory"] = {**fields["trajectory"], "traces": plain}
-    else:
-        fields["traces"] = plain
-    return fields
-
-
-def plain_from_unpacked(data: dict[str, Any]) -> dict[str, Any]:
-    """A version-2 blob already unpacked by a generic msgpack reader (the arrays bin a bytes
-    value) in the version-1 shape: what lets ``SessionResult.model_validate(unpack(blob))`` work
-    on either version."""
-    check_version(data.get(VERSION_KEY))
-    arrays = data.get(ARRAYS_KEY)
-    if not isinstance(arrays, (bytes, bytearray, memoryview)):
-        raise BlobFormatError('a version-2 blob needs its "arrays" bin')
-    fields = {k: v for k, v in data.items() if k not in (VERSION_KEY, ARRAYS_KEY)}
-    return plain_fields(Frame(BLOB_VERSION, fields, arrays, 0, len(arrays)))
-
-
-def _as_list(values: np.ndarray | list[Any]) -> list[Any]:
-    return values.tolist() if isinstance(values, np.ndarray) else list(values)
-
-
-def _as_floats(values: np.ndarray | list[Any]) -> list[float]:
-    return np.asarray(values, dtype=np.float64).tolist()

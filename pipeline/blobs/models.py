@@ -11,7 +11,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from pipeline.blobs.arrays import decode_arrays
-from pipeline.blobs.layout import PACKED_FIELDS, TraceColumns, plain_fields, read_frame, write_blob
+from pipeline.blobs.layout import PACKED_FIELDS, TraceColumns, read_frame, write_blob
+from pipeline.blobs.plain import plain_fields
 from pipeline.codec import unpack
 from pipeline.errors import BlobFormatError
 from pipeline.schemas import SessionResult, SessionSummary, Trace, Trajectory
@@ -19,16 +20,17 @@ from pipeline.schemas import SessionResult, SessionSummary, Trace, Trajectory
 _TOKEN_ID, _LOGPROB, _TOKEN = attrgetter("token_id"), attrgetter("logprob"), attrgetter("token")
 
 
-def encode_result(result: SessionResult) -> bytes:
-    """The version-2 blob of ``result`` (the format of ``docs/result-blobs.md``)."""
+def encode_result(result: SessionResult, layout: str = "compact") -> bytes:
+    """The blob of ``result`` (the format of ``docs/result-blobs.md``): ``layout`` "compact"
+    (version 3, the smallest exact encoding) or "aligned" (version 2, every array read in place)."""
     fields = result.model_dump(mode="json", exclude={"trajectory": {"traces"}})
-    return write_blob(fields, [_columns(t) for t in result.trajectory.traces])
+    return write_blob(fields, [_columns(t) for t in result.trajectory.traces], layout)
 
 
-def encode_trajectory(trajectory: Trajectory) -> bytes:
+def encode_trajectory(trajectory: Trajectory, layout: str = "compact") -> bytes:
     """A trajectory (POSTRUN's output, EVALUATE's input) in the same format."""
     fields = trajectory.model_dump(mode="json", exclude={"traces"})
-    return write_blob(fields, [_columns(t) for t in trajectory.traces])
+    return write_blob(fields, [_columns(t) for t in trajectory.traces], layout)
 
 
 def decode_result(blob: bytes) -> SessionResult:
@@ -64,7 +66,7 @@ def _plain(blob: bytes) -> Any:
 
 def _columns(trace: Trace) -> TraceColumns:
     entries = trace.response_logprobs
-    # Version 2 keeps token ids once; a trace whose logprob entries name other ids than its
+    # Blobs keep token ids once; a trace whose logprob entries name other ids than its
     # response (only possible through model_construct) would not validate on decode either.
     if list(map(_TOKEN_ID, entries)) != list(trace.response_ids):
         raise BlobFormatError("response_logprobs[i].token_id must equal response_ids[i] for every token")

@@ -17,7 +17,7 @@ def _plain_if_packed(data: Any) -> Any:
     """A version-2 blob unpacked by a generic msgpack reader validates too, so
     ``SessionResult.model_validate(msgpack.unpackb(blob))`` reads either blob version."""
     if isinstance(data, dict) and "blob_version" in data:
-        from pipeline.blobs.layout import plain_from_unpacked  # the layout is loaded only when met
+        from pipeline.blobs.plain import plain_from_unpacked  # the layout is loaded only when met
 
         return plain_from_unpacked(data)
     return data

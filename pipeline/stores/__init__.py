@@ -53,13 +53,13 @@ class Stores:
     def open(cls, r: redis.Redis, settings: Settings) -> "Stores":
         ttl = settings.result_ttl_seconds
         sessions = SessionStore(r, ttl)
-        outputs = OutputStore(r, ttl)
+        outputs = OutputStore(r, ttl, layout=settings.blob_layout)
         ready = ReadyBuffer(r, settings.ready_capacity)
         callbacks = CallbackOutbox(r, ttl)
         return cls(r=r, sessions=sessions, records=RecordStore(r, ttl), outputs=outputs, callbacks=callbacks,
                    responses=ResponseStore(r, ttl), tasks=TaskStore(r, sessions, ready, outputs, callbacks, ttl),
                    ready=ready, results=ResultsStream(r, maxlen=settings.results_stream_maxlen,
-                                                     marker_ttl_seconds=ttl),
+                                                     marker_ttl_seconds=ttl, layout=settings.blob_layout),
                    proxy_control=ProxyControlStore(r))
 
 

@@ -1,6 +1,6 @@
 """What the stages produce for one session: the trajectory (POSTRUN, rewarded by EVALUATE) and
 the terminal ``SessionResult`` (EVALUATE, published by CALLBACK, kept for polling). Both are
-result blobs (``pipeline/blobs``); blobs written before version 2 still decode."""
+result blobs (``pipeline/blobs``) in the configured layout; blobs of every earlier version decode."""
 
 from __future__ import annotations
 
@@ -15,19 +15,20 @@ from pipeline.schemas import SessionResult, SessionSummary, Trajectory
 
 
 class OutputStore:
-    def __init__(self, r: redis.Redis, ttl_seconds: int) -> None:
+    def __init__(self, r: redis.Redis, ttl_seconds: int, layout: str = "compact") -> None:
         self._r = r
         self.ttl = ttl_seconds
+        self.layout = layout
 
     def save_trajectory(self, session_id: str, trajectory: Trajectory) -> None:
-        self._r.set(keys.session_trajectory(session_id), encode_trajectory(trajectory), ex=self.ttl)
+        self._r.set(keys.session_trajectory(session_id), encode_trajectory(trajectory, self.layout), ex=self.ttl)
 
     def trajectory(self, session_id: str) -> Trajectory | None:
         raw = self._r.get(keys.session_trajectory(session_id))
         return decode_trajectory(blob(raw)) if raw else None
 
     def save_result(self, session_id: str, result: SessionResult) -> None:
-        self._r.set(keys.session_result(session_id), encode_result(result), ex=self.ttl)
+        self._r.set(keys.session_result(session_id), encode_result(result, self.layout), ex=self.ttl)
 
     def result(self, session_id: str) -> SessionResult | None:
         return self.parse_result(self._r.get(keys.session_result(session_id)))

@@ -1,7 +1,7 @@
 """The results stream: one result blob (``pipeline/blobs``, docs/result-blobs.md) per terminal
 session. Entries carry ``session_id``, ``task_id``, ``schema_version`` and ``blob_version`` beside
 the blob, so a consumer can route or skip an entry without decoding it; reading decodes lazily:
-``StreamEntry.arrays`` for numpy views, ``.result`` for the pydantic model.
+``StreamEntry.arrays`` for numpy arrays, ``.result`` for the pydantic model.
 
 Publishing is guarded by a per-session marker so a redelivered callback stage does not append
 again. The marker is written after XADD, so a crash in that microsecond window can still produce
@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from pipeline import keys
-from pipeline.blobs import BLOB_VERSION, ResultArrays, decode_arrays, decode_result, encode_result
+from pipeline.blobs import LAYOUTS, ResultArrays, decode_arrays, decode_result, encode_result
 from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
 
@@ -52,14 +52,15 @@ class StreamEntry:
 
     @cached_property
     def arrays(self) -> ResultArrays:
-        """The result with each trace's ids, mask and logprobs as numpy views of the blob."""
+        """The result with each trace's ids, mask and logprobs as numpy arrays (views of the blob where stored plain)."""
         return decode_arrays(self.blob)
 
 
 class ResultsStream:
     def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM,
-                 marker_ttl_seconds: int = 7 * 24 * 3600):
+                 marker_ttl_seconds: int = 7 * 24 * 3600, layout: str = "compact"):
         self._r = r
+        self.layout = layout
         self.maxlen = maxlen
         self.stream = stream
         self.marker_ttl = marker_ttl_seconds
@@ -84,8 +85,8 @@ class ResultsStream:
             return None
         entry_id = text(self._r.xadd(
             self.stream,
-            {"data": encode_result(result), "session_id": result.session_id, "task_id": result.task_id,
-             "schema_version": str(result.schema_version), "blob_version": str(BLOB_VERSION)},
+            {"data": encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
+             "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])},
         ))
         self._r.set(marker, entry_id, ex=self.marker_ttl)
         try:

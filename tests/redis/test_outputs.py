@@ -20,7 +20,7 @@ def test_results_and_trajectories_of_both_versions_read_back(r):
     r.set(keys.session_result("s-old"), (v1_cases.HERE / "v1_result_multi.msgpack").read_bytes())
     r.set(keys.session_trajectory("s-old"), (v1_cases.HERE / "v1_trajectory.msgpack").read_bytes())
 
-    assert r.get(keys.session_result("s-new"))[1:15] == b"\xacblob_version\x02"  # the map's first entry
+    assert r.get(keys.session_result("s-new"))[1:15] == b"\xacblob_version\x03"  # the map's first entry
     for sid, expected in (("s-new", new), ("s-old", old)):
         assert pack(outputs.result(sid)) == pack(expected)
         assert pack(outputs.trajectory(sid)) == pack(expected.trajectory)

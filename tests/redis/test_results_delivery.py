@@ -109,16 +109,32 @@ def test_a_consumer_that_keeps_crashing_on_an_entry_dead_letters_it_after_n_deli
     assert [d["reason"][:24] for d in stream.dead_letters()] == ["delivered 4 times withou"]
 
 
+def _bad_arrays_blob() -> bytes:
+    """A compact blob whose head parses but whose mask runs do not cover the response: only
+    reading the arrays finds it (they are made lazily)."""
+    from pipeline.blobs import encode_result
+    from tests.unit.test_result_blobs import result as blob_result
+    from tests.unit.test_result_blobs import trace
+
+    blob = encode_result(blob_result(trace([1], list(range(200)), [0.0] * 100 + [1.0] * 100,
+                                           [0.0] * 100 + [-0.5] * 100)))
+    first_run = (100).to_bytes(4, "little") + (100).to_bytes(4, "little")
+    assert blob.count(first_run) == 1
+    return blob.replace(first_run, (90).to_bytes(4, "little") + (100).to_bytes(4, "little"))
+
+
 def test_undecodable_and_trimmed_entries_are_dead_lettered_not_skipped(r, redis_url):
     stream = ResultsStream(r)
     r.xadd(keys.RESULTS_STREAM, {"data": b"\xc1 not a blob", "session_id": "garbage"})
     r.xadd(keys.RESULTS_STREAM, {"data": b"\xc1"})  # names no session either
+    r.xadd(keys.RESULTS_STREAM, {"data": _bad_arrays_blob(), "session_id": "bad-arrays"})
     publish(stream, "ok")
     got = [i.result.session_id for i in client(redis_url).results(group="g", consumer="c", block_ms=50,
                                                                   stop_after=0.2) if not i.ack()]
     assert got == ["ok"]
     reasons = {d["session_id"]: d["reason"] for d in stream.dead_letters()}
-    assert set(reasons) == {"garbage", ""} and all(v.startswith("undecodable") for v in reasons.values())
+    assert set(reasons) == {"garbage", "", "bad-arrays"} and all(v.startswith("undecodable") for v in reasons.values())
+    assert "runs cover 190 tokens" in reasons["bad-arrays"]
 
     # An entry deleted while pending (by hand: the producer's own trim would keep it).
     publish(stream, "lost")
@@ -128,7 +144,7 @@ def test_undecodable_and_trimmed_entries_are_dead_lettered_not_skipped(r, redis_
     r.xtrim(keys.RESULTS_STREAM, maxlen=0)
     assert list(client(redis_url).results(group="h", consumer="c", block_ms=50, stop_after=0.2)) == []
     trimmed = [d for d in stream.dead_letters() if d["group"] == "h" and "trimmed" in d["reason"]]
-    assert [p.result.session_id for p in pending] == ["ok", "lost"]  # (h also dead-lettered the garbage)
+    assert [p.result.session_id for p in pending] == ["ok", "lost"]  # (h also dead-lettered the bad ones)
     assert sorted(d["entry_id"] for d in trimmed) == sorted(p.entry_id for p in pending)
     assert r.xpending(keys.RESULTS_STREAM, "h")["pending"] == 0
 

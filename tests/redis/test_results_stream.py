@@ -34,12 +34,16 @@ def test_blob_is_msgpack_with_schema_and_blob_versions(r):
 
     ResultsStream(r).publish_once(result("s1"))
     [(_, fields)] = r.xrange(keys.RESULTS_STREAM)
-    assert fields[b"schema_version"] == b"1" and fields[b"blob_version"] == b"2"
+    assert fields[b"schema_version"] == b"1" and fields[b"blob_version"] == b"3"
     blob = msgpack.unpackb(fields[b"data"])  # any msgpack reader can take it apart
-    assert blob["schema_version"] == 1 and blob["blob_version"] == 2 and blob["session_id"] == "s1"
+    assert blob["schema_version"] == 1 and blob["blob_version"] == 3 and blob["session_id"] == "s1"
     ref = blob["trajectory"]["traces"][0]["response_ids"]
-    assert ref["dtype"] == "<i4" and ref["count"] == 1
-    assert np.frombuffer(blob["arrays"], "<i4", ref["count"], ref["offset"]).tolist() == [3]
+    assert ref["dtype"] == "<u2" and ref["count"] == 1  # compact: every id of this blob fits 2 bytes
+    assert np.frombuffer(blob["arrays"], "<u2", ref["count"], ref["offset"]).tolist() == [3]
+    # the aligned layout publishes version 2
+    ResultsStream(r, layout="aligned").publish_once(result("s2"))
+    [_, (_, fields)] = r.xrange(keys.RESULTS_STREAM)
+    assert fields[b"blob_version"] == b"2" and msgpack.unpackb(fields[b"data"])["blob_version"] == 2
 
 
 def test_a_version_1_entry_left_in_the_stream_is_still_delivered(r, redis_url):

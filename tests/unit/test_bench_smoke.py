@@ -23,4 +23,5 @@ def test_merge_bench_session_merges_into_its_conversations():
 def test_blob_bench_measures_both_shapes_and_formats():
     for make in (blob_bench.merged, blob_bench.per_request):
         m = blob_bench.measure(make(3000, messages=True), repeat=1)
-        assert 2000 < m["tokens"] <= 3000 and m["new_bpt"] < m["old_bpt"] and m["arrays"] > 0
+        assert 2000 < m["tokens"] <= 3000 and m["v3"]["bpt"] <= m["v2"]["bpt"] < m["v1"]["bpt"]
+        assert all(m[v]["numpy"] > 0 and m[v]["dec"] > 0 for v in ("v1", "v2", "v3"))

@@ -1,18 +1,21 @@
-"""The numpy side of result blobs: views into the blob (no copy), lazily decoded token strings,
-shared prompt bytes of per_request traces, and the decode-time target on a 1M-token trace."""
+"""The numpy side of result blobs: views into the blob (no copy) where arrays are stored plain,
+exact expansion where the compact layout stores them smaller, lazily decoded token strings,
+shared prompt bytes of per_request traces, and the size of a 1M-token trace in each layout."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from pipeline.blobs import decode_arrays, decode_result, encode_result
+from pipeline.blobs import LAYOUTS, decode_arrays, decode_result, encode_result
 from pipeline.blobs.layout import TraceColumns, write_blob
 from pipeline.codec import pack, unpack
 from tests.unit.test_result_blobs import result, trace
 
 
-def test_arrays_are_read_only_aligned_views_of_the_blob():
-    blob = encode_result(result(trace([1, 2, 3], [4, 5], [1.0, 0.0], [-0.5, 0.0]), trace([6], [7, 8])))
+def test_aligned_arrays_are_read_only_aligned_views_of_the_blob():
+    blob = encode_result(result(trace([1, 2, 3], [4, 5], [1.0, 0.0], [-0.5, 0.0]), trace([6], [7, 8])),
+                         layout="aligned")
     whole = np.frombuffer(blob, np.uint8)
     for t in decode_arrays(blob).traces:
         for a in (t.prompt_ids, t.response_ids, t.loss_mask, t.response_logprobs):
@@ -23,8 +26,25 @@ def test_arrays_are_read_only_aligned_views_of_the_blob():
     assert first.response_logprobs.dtype == np.float32 and first.loss_mask.tolist() == [1, 0]
 
 
-def test_views_also_work_on_a_memoryview_or_bytearray():
-    blob = encode_result(result(trace([1, 2], [3])))
+def test_compact_arrays_are_views_where_stored_plain_and_exact_copies_elsewhere():
+    mask = [0.0] * 3 + [1.0] * 4 + [0.0] * 3
+    logprobs = [-0.5 if m else 0.0 for m in mask]
+    small = encode_result(result(trace([1, 2, 3], list(range(10)), mask, logprobs)))
+    whole = np.frombuffer(small, np.uint8)
+    [t] = decode_arrays(small).traces
+    assert t.prompt_ids.dtype == np.uint16 and np.shares_memory(t.prompt_ids, whole)  # a view
+    assert np.shares_memory(t.sampled_logprobs, whole) and t.sampled_logprobs.tolist() == [-0.5] * 4
+    assert not np.shares_memory(t.response_logprobs, whole) and t.response_logprobs.tolist() == logprobs
+    assert t.loss_mask.dtype == np.uint8 and t.loss_mask.tolist() == mask
+    big = encode_result(result(trace([151_000], [151_935, 70_000, 0], [1.0, 1.0, 1.0], [-0.1, -0.2, -0.3])))
+    [t] = decode_arrays(big).traces
+    assert t.response_ids.dtype == np.int32 and t.response_ids.tolist() == [151_935, 70_000, 0]
+    assert t.prompt_ids.tolist() == [151_000]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_views_also_work_on_a_memoryview_or_bytearray(layout):
+    blob = encode_result(result(trace([1, 2], [3])), layout)
     for buffer in (memoryview(blob), bytearray(blob)):
         [t] = decode_arrays(buffer).traces
         assert t.prompt_ids.tolist() == [1, 2] and np.shares_memory(t.prompt_ids, np.frombuffer(buffer, np.uint8))
@@ -68,14 +88,15 @@ def conversation(turns: int, interleave: bool = False):
     return result(*out)
 
 
-def test_a_growing_conversations_prompts_and_responses_are_stored_once():
+@pytest.mark.parametrize("layout, id_bytes", [("aligned", 4), ("compact", 3)])
+def test_a_growing_conversations_prompts_and_responses_are_stored_once(layout, id_bytes):
     r = conversation(turns=20)
-    blob = encode_result(r)
+    blob = encode_result(r, layout)
     traces = unpack(blob)["trajectory"]["traces"]
     last = traces[-1]["prompt_ids"]
     # every prompt is a prefix of the last one's bytes; each response sits inside the next prompt
     assert all(t["prompt_ids"]["offset"] == last["offset"] for t in traces)
-    assert all(t["response_ids"]["offset"] < last["offset"] + 4 * last["count"] for t in traces[:-1])
+    assert all(t["response_ids"]["offset"] < last["offset"] + id_bytes * last["count"] for t in traces[:-1])
     ids_in_traces = sum(len(t.prompt_ids) + len(t.response_ids) for t in r.trajectory.traces)
     assert len(blob) < ids_in_traces  # under a byte per token, where each is 4 bytes on its own
     assert pack(decode_result(blob)) == pack(r)
@@ -83,27 +104,56 @@ def test_a_growing_conversations_prompts_and_responses_are_stored_once():
         assert arrays.prompt_ids.tolist() == t.prompt_ids and arrays.response_ids.tolist() == t.response_ids
 
 
-def test_interleaved_conversations_still_decode_exactly():
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_interleaved_conversations_still_decode_exactly(layout):
     r = conversation(turns=5, interleave=True)
-    blob = encode_result(r)
+    blob = encode_result(r, layout)
     assert pack(decode_result(blob)) == pack(r)
     assert [a.prompt_ids.tolist() for a in decode_arrays(blob).traces] == [t.prompt_ids for t in r.trajectory.traces]
 
 
-def test_a_million_token_trace_decodes_to_views_of_the_blob_at_9_bytes_a_token():
-    """The decode time is measured in bench/blob_bench.py; here, what makes it constant: no copy."""
+def merged_columns(n: int, seed: int = 0) -> tuple[list[int], list[float], list[float]]:
+    """A merged trace's response: sampled turns (mask 1, real logprobs) between tool outputs
+    (mask 0, the builder's 0.0), about 1 : 2, over a 152k vocabulary."""
+    rng = np.random.default_rng(seed)
+    runs = rng.integers(100, 1000, n // 200)
+    flags = np.repeat(np.arange(runs.size) % 3 == 1, runs)[:n]
+    flags = np.concatenate([flags, np.zeros(n - flags.size, bool)])
+    logprobs = np.where(flags, -rng.exponential(0.3, n).astype(np.float32), 0.0)
+    return rng.integers(0, 151_936, n).tolist(), flags.astype(np.float64).tolist(), logprobs.tolist()
+
+
+@pytest.mark.parametrize("layout, at_most", [("aligned", 9.01), ("compact", 4.5)])
+def test_a_million_token_merged_trace_size_in_each_layout(layout, at_most):
+    """Decode times are measured in bench/blob_bench.py; here, the sizes and exactness."""
     n = 1_000_000
-    rng = np.random.default_rng(0)
-    response = rng.integers(0, 151_936, n).tolist()
-    mask = (rng.random(n) < 0.3).astype(np.float64).tolist()
-    logprobs = (-rng.exponential(0.3, n)).astype(np.float32).astype(np.float64).tolist()
+    response, mask, logprobs = merged_columns(n)
     # Written from columns: a million TokenLogprob models would take seconds to build.
     fields = {"session_id": "s", "task_id": "t", "status": "COMPLETED",
               "trajectory": {"status": "COMPLETED", "metadata": {}, "error": None}}
-    blob = write_blob(fields, [TraceColumns([], response, mask, logprobs, [None] * n, {})])
-    assert len(blob) / n < 9.01  # int32 id + float32 logprob + one mask byte
+    blob = write_blob(fields, [TraceColumns([], response, mask, logprobs, [None] * n, {})], layout)
+    assert len(blob) / n <= at_most  # aligned: int32 id + float32 logprob + a mask byte
     [t] = decode_arrays(blob).traces
-    assert all(np.shares_memory(a, np.frombuffer(blob, np.uint8)) for a in (t.response_ids, t.response_logprobs))
     assert t.response_ids.tolist() == response and t.response_logprobs.tolist() == logprobs
-    assert fields["trajectory"]["traces"][0]["loss_mask"]["dtype"] == "|u1"
+    assert t.loss_mask.tolist() == mask
+    whole = np.frombuffer(blob, np.uint8)
+    if layout == "aligned":
+        assert all(np.shares_memory(a, whole) for a in (t.response_ids, t.response_logprobs))
+        assert fields["trajectory"]["traces"][0]["loss_mask"]["dtype"] == "|u1"
+    else:
+        assert np.shares_memory(t.sampled_logprobs, whole)
+        assert fields["trajectory"]["traces"][0]["loss_mask"]["dtype"] == "runs"
+
+
+def test_mask_runs_that_do_not_cover_the_response_are_refused():
+    from pydantic import ValidationError
+
+    from pipeline.schemas import SessionResult
+
+    blob = encode_result(result(trace([1], list(range(200)), [0.0] * 100 + [1.0] * 100, [0.0] * 100 + [-0.5] * 100)))
+    data = unpack(blob)
+    assert data["trajectory"]["traces"][0]["loss_mask"]["dtype"] == "runs"
+    data["trajectory"]["traces"][0]["response_ids"]["count"] = 150
+    with pytest.raises(ValidationError, match="runs cover 200 tokens, the response 150"):
+        SessionResult.model_validate(data)
 

@@ -4,6 +4,10 @@ The ``.msgpack`` files were written by ``pipeline.codec.pack`` as it was before 
 format (commit ecc4fe2: the pydantic JSON dump, msgpack-packed): they stand for blobs already in
 Redis streams and result keys when a deployment upgrades. Never regenerate them with newer code;
 ``python -m tests.unit.blob_fixtures.v1_cases`` only rewrites them from the same code.
+
+The ``v2_*.msgpack`` files are the same cases as version-2 blobs, written by the version-2 encoder
+as it was before the compact version 3 (commit 4fc087c, ``encode_result``/``encode_trajectory``);
+never regenerate them either.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ CASES = {
     "v1_result_wide_ids.msgpack": wide_ids_result,
     "v1_trajectory.msgpack": trajectory,
 }
+V2_CASES = {name.replace("v1_", "v2_"): make for name, make in CASES.items()}
 
 if __name__ == "__main__":
     from pipeline.codec import pack
