@@ -14,6 +14,9 @@ A file is one map: ``format`` (``polar-session/1``), ``session_id``, ``task_id``
 ``unreadable_records``. Written to a temporary file in the same folder, fsynced and renamed over
 the final name: a reader sees the whole file or none, and writing it again (a redelivered stage)
 replaces it, never adds a second one. File I/O only: no Redis here.
+
+Beside the task folders, ``sessions/<session_id>`` names each session's task folder (a few bytes),
+so a session whose task Redis has forgotten is found without looking through every task folder.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from pipeline.codec import pack, unpack
 from pipeline.schemas import CompletionRecord, SessionResult, UpstreamErrorRecord
 
 FORMAT = "polar-session/1"
+INDEX = "sessions"  # <root>/sessions/<session>: the name of the session's task folder
 EXTENSIONS = {"json": ".json", "msgpack": ".msgpack"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_FOLDER = re.compile(r"task_[A-Za-z0-9._-]*(~[0-9a-f]{12})?")  # what task_folder() names
 _MAX_NAME = 120  # well under the 255 bytes a file name may have, with room for the prefix and hash
 
 
@@ -75,19 +80,48 @@ def write(root: Path, result: SessionResult, completions: list[CompletionRecord]
         os.replace(tmp, path)  # atomic on one filesystem: the old file or the new, never half
     finally:
         tmp.unlink(missing_ok=True)
+    _index(root, result.session_id, path.parent.name)
     return path
 
 
+def _index(root: Path, session_id: str, folder: str) -> None:
+    entry = root / INDEX / safe_name(session_id)
+    try:
+        if entry.is_file() and entry.read_text() == folder:
+            return
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.parent / f".{entry.name}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(folder)
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # the scan in find() still finds the file
+
+
 def find(root: Path, session_id: str, task_id: str | None = None) -> Path | None:
-    """The session's file: directly when its task is known, else by looking in every task
-    folder (what is left once Redis has forgotten the session)."""
+    """The session's file: directly when its task is known, else through the session index, else
+    (files written before the index) by looking in every task folder."""
     names = [f"ses_{safe_name(session_id)}{ext}" for ext in EXTENSIONS.values()]
-    folders = [task_folder(root, task_id)] if task_id else (sorted(root.glob("task_*")) if root.is_dir() else [])
+    if task_id:
+        folders = [task_folder(root, task_id)]
+    else:
+        indexed = _indexed_folder(root, session_id)
+        folders = [indexed] if indexed else (sorted(root.glob("task_*")) if root.is_dir() else [])
     for folder in folders:
         for name in names:
             if (folder / name).is_file():
                 return folder / name
     return None
+
+
+def _indexed_folder(root: Path, session_id: str) -> Path | None:
+    try:
+        name = (root / INDEX / safe_name(session_id)).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    # Only ever a task folder name of this root (the index is ours, but a path is still checked).
+    if not _FOLDER.fullmatch(name):
+        return None
+    return root / name
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -108,14 +142,14 @@ def remove_old(root: Path, keep_seconds: float, now: float) -> int:
     removed = 0
     if not root.is_dir():
         return 0
-    for folder in root.glob("task_*"):
+    for folder in [*root.glob("task_*"), root / INDEX]:
         if not folder.is_dir() or folder.is_symlink():
             continue
         for f in folder.iterdir():
             try:
                 if f.is_file() and now - f.stat().st_mtime > keep_seconds:
                     f.unlink()
-                    removed += not f.name.startswith(".")
+                    removed += not f.name.startswith(".") and folder.name != INDEX
             except FileNotFoundError:  # another worker's reaper pruned it first
                 continue
         try:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pipeline import keys
+from pipeline import keys, results_dir
 from pipeline.api.app import create_app
 from pipeline.status import Stage
 from tests.inproc.test_pipeline import deps, run_all, submit  # noqa: F401 - deps is a fixture
@@ -35,7 +35,9 @@ def finished(d, n=2) -> tuple[str, list[str]]:
 
 
 def files(d) -> list:
-    return sorted(p for p in d.settings.results_path.rglob("*") if p.is_file())
+    """The session files (the session index beside them is checked apart)."""
+    root = d.settings.results_path
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.parent.name != results_dir.INDEX)
 
 
 def test_callback_writes_one_file_per_session_in_polars_layout(deps):  # noqa: F811

@@ -60,3 +60,28 @@ def test_retention_removes_old_files_and_empty_task_folders(tmp_path):
     assert results_dir.remove_old(tmp_path, 86400, time.time()) == 1
     assert not old.parent.exists() and new.exists() and not leftover.exists()
     assert results_dir.remove_old(tmp_path / "missing", 1, time.time()) == 0
+
+
+def test_a_session_is_found_through_the_index_without_looking_in_other_task_folders(tmp_path, monkeypatch):
+    path = results_dir.write(tmp_path, session("t-a/b", "sess-9"), [], [], 0)
+    for i in range(5):
+        results_dir.write(tmp_path, session(f"other-{i}", f"sess-o{i}"), [], [], 0)
+    looked: list = []
+    glob = type(tmp_path).glob
+    monkeypatch.setattr(type(tmp_path), "glob", lambda self, pattern: looked.append(pattern) or glob(self, pattern))
+    assert results_dir.find(tmp_path, "sess-9") == path and looked == []
+    # A file written before the index (or an index entry lost) is still found by the scan.
+    (tmp_path / results_dir.INDEX / "sess-9").unlink()
+    assert results_dir.find(tmp_path, "sess-9") == path and looked == ["task_*"]
+    # An index entry naming something that is not a task folder of this root is not followed.
+    (tmp_path / results_dir.INDEX / "sess-9").write_text("../elsewhere")
+    assert results_dir.find(tmp_path, "sess-9") == path  # by the scan
+
+
+def test_retention_prunes_the_index_with_the_files(tmp_path):
+    old = results_dir.write(tmp_path, session("old", "s-old"), [], [], 0)
+    week_ago = time.time() - 7 * 86400
+    for f in (old, tmp_path / results_dir.INDEX / "s-old"):
+        os.utime(f, (week_ago, week_ago))
+    assert results_dir.remove_old(tmp_path, 86400, time.time()) == 1
+    assert not (tmp_path / results_dir.INDEX).exists() and results_dir.find(tmp_path, "s-old") is None
