@@ -19,8 +19,11 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from pipeline import broker_transport
 from pipeline.settings import Settings
 from pipeline.status import Stage
+
+broker_transport.install()  # before any broker connection of this process
 
 STAGE_TASKS_MODULE = "workers.stages.tasks"  # imported by workers only, by name
 # Delivery of a finished task's result to its callback_url (retried by Celery, on the CALLBACK
@@ -76,13 +79,6 @@ def __getattr__(name: str) -> Any:  # PEP 562: `celery -A pipeline.celery_app` a
     if name in ("app", "celery"):
         return get_app()
     raise AttributeError(name)
-
-
-def init_priority(dispatch_priority: int) -> int:
-    """Polar's dispatch_priority (0-100, higher first) as a message priority on the Redis broker,
-    where 0 is served first and kombu keeps steps 0, 3, 6, 9: 100 -> 0 ... 0 -> 9. (Other stages'
-    messages carry none, which is 0: a session already started is never held behind new ones.)"""
-    return 9 - round(max(0, min(100, dispatch_priority)) * 9 / 100)
 
 
 def dispatch(app: Celery, stage: Stage, session_id: str, **options: Any) -> None:

@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from pipeline import results_dir
 from pipeline.api.openapi import openapi_document
 from pipeline.callback_policy import refusal
-from pipeline.celery_app import dispatch, init_priority, make_app, stage_queues
+from pipeline.celery_app import make_app, stage_queues
 from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     stores = Stores.open(r, settings)
     tasks, ready = stores.tasks, stores.ready
     celery = make_app(settings)
-    dispatcher = Dispatcher(celery, r)
+    dispatcher = Dispatcher(celery, stores.stage_runs)
     token = settings.secret("api_token")
 
     @app.before_request
@@ -71,16 +71,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     def submit() -> Response:
         task = _parse_task(request.get_data(cache=False), settings)
         try:
-            specs = tasks.create(task)
+            specs = tasks.create(task)  # its sessions' INIT messages queued in the same transaction
         except TaskExists:
             raise ApiError(409, "conflict", f"task {task.task_id!r} already exists") from None
-        # The task is stored with its INIT messages recorded as sent: if sending fails here, the
-        # reaper sends them.
-        try:
-            for spec in specs:
-                dispatch(celery, Stage.INIT, spec.session_id, priority=init_priority(spec.dispatch_priority))
-        except Exception as exc:  # noqa: BLE001 - accepted is accepted: the reaper dispatches later
-            log.warning("task %s: INIT dispatch deferred to the reaper: %s", task.task_id, exc)
         return _json({"task_id": task.task_id, "status": "pending",
                       "session_ids": [s.session_id for s in specs]})
 

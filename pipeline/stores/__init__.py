@@ -10,6 +10,7 @@ from ``pipeline.keys``, Lua scripts from ``stores.lua``.
 | task hash, its session list and counted set | ``tasks.TaskStore``                    |
 | READY list and slot leases                  | ``ready.ReadyBuffer``                  |
 | stage leases, the reaper's lock             | ``leases``                             |
+| a stage's two ends (lease, marks, next msg) | ``stage_runs.StageRuns``               |
 | the results stream                          | ``results_stream.ResultsStream``       |
 | proxy pause flag, policy version, in-flight | ``proxy_control.ProxyControlStore``    |
 | callback deliveries (outbox) and their due  | ``callbacks.CallbackOutbox``           |
@@ -31,6 +32,7 @@ from pipeline.stores.records import RecordStore
 from pipeline.stores.responses import ResponseStore
 from pipeline.stores.results_stream import ResultsStream
 from pipeline.stores.sessions import SessionStore
+from pipeline.stores.stage_runs import StageRuns
 from pipeline.stores.tasks import TaskStore
 
 
@@ -48,6 +50,7 @@ class Stores:
     results: ResultsStream
     proxy_control: ProxyControlStore
     callbacks: CallbackOutbox
+    stage_runs: StageRuns
 
     @classmethod
     def open(cls, r: redis.Redis, settings: Settings) -> "Stores":
@@ -60,8 +63,8 @@ class Stores:
                    responses=ResponseStore(r, ttl), tasks=TaskStore(r, sessions, ready, outputs, callbacks, ttl),
                    ready=ready, results=ResultsStream(r, maxlen=settings.results_stream_maxlen,
                                                      marker_ttl_seconds=ttl, layout=settings.blob_layout),
-                   proxy_control=ProxyControlStore(r))
+                   proxy_control=ProxyControlStore(r), stage_runs=StageRuns(r, settings.stage_lease_seconds))
 
 
 __all__ = ["CallbackOutbox", "OutputStore", "ProxyControlStore", "ReadyBuffer", "RecordStore", "ResponseStore", "ResultsStream",
-           "SessionStore", "Stores", "TaskStore"]
+           "SessionStore", "StageRuns", "Stores", "TaskStore"]

@@ -11,6 +11,7 @@ lost ones costs O(lost), not a scan of every live session. Times are Redis serve
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -24,46 +25,40 @@ from pipeline.status import Stage
 from pipeline.stores import lua
 
 _KEYS = [keys.LEASE_EXPIRY, keys.LEASE_OWNER]
+IDLE_EXIT_SECONDS = 60.0  # a lease keeper thread with nothing to renew ends after this
 
 
 class StageLease:
+    """One (session, stage) lease. Taken by ``acquire`` (or by the stage's begin script,
+    ``stores/stage_runs.py``, then ``adopt``), renewed by this process's ``LeaseKeeper`` while
+    held; ``lost`` is set if it lapsed and was taken."""
+
     def __init__(self, r: redis.Redis, session_id: str, stage: Stage, ttl_seconds: float) -> None:
         self.member = keys.lease_member(stage.value, session_id)
         self.token = uuid.uuid4().hex
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._acquire = lua.bind(r, lua.LEASE_ACQUIRE)
-        self._renew = lua.bind(r, lua.LEASE_RENEW)
-        self._release = lua.bind(r, lua.LEASE_RELEASE)
+        self._r = r
 
     def acquire(self) -> bool:
-        if not self._acquire(keys=[*_KEYS, keys.LEASE_SENT], args=[self.member, self.token, self.ttl_ms]):
+        if not lua.bind(self._r, lua.LEASE_ACQUIRE)(keys=[*_KEYS, keys.LEASE_SENT],
+                                                     args=[self.member, self.token, self.ttl_ms]):
             return False
-        self._thread = threading.Thread(target=self._heartbeat, name=f"lease:{self.member}", daemon=True)
-        self._thread.start()
+        self.adopt()
         return True
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 3000.0):
-            try:
-                if not self._renew(keys=_KEYS, args=[self.member, self.token, self.ttl_ms]):
-                    self.lost.set()  # expired and taken: another worker may own the stage now
-                    return
-            except redis.RedisError:
-                continue  # transient; the next beat retries before the lease runs out
+    def adopt(self) -> None:
+        """The lease is held (a script took it): keep it alive from now on."""
+        LeaseKeeper.of(self._r).hold(self)
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without releasing (what a worker's death looks like; tests)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        LeaseKeeper.of(self._r).drop(self)
 
     def release(self) -> None:
         self.stop_heartbeat()
         try:
-            self._release(keys=_KEYS, args=[self.member, self.token])
+            lua.bind(self._r, lua.LEASE_RELEASE)(keys=_KEYS, args=[self.member, self.token])
         except redis.RedisError:
             pass  # Redis is away: the lease expires and the reaper finds nothing to resend
 
@@ -72,6 +67,89 @@ class StageLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class LeaseKeeper:
+    """Renews every lease this process holds on one Redis client: one thread, one round trip
+    every third of the shortest lease's TTL. (A heartbeat thread per stage cost more CPU than
+    the rest of a short stage.) The thread stops when nothing is held and starts again with the
+    next lease; forked pool children get their own."""
+
+    _keepers: dict[tuple[int, int], "LeaseKeeper"] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, r: redis.Redis) -> None:
+        self._r = r
+        self._renew = lua.bind(r, lua.LEASE_RENEW_MANY)
+        self._held: dict[str, StageLease] = {}  # token -> lease
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(cls, r: redis.Redis) -> "LeaseKeeper":
+        key = (os.getpid(), id(r))
+        with cls._lock:
+            keeper = cls._keepers.get(key)
+            if keeper is None or keeper._r is not r:
+                keeper = cls._keepers[key] = cls(r)
+            return keeper
+
+    def hold(self, lease: StageLease) -> None:
+        with self._changed:
+            self._held[lease.token] = lease
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="polar-leases", daemon=True)
+                self._thread.start()
+            elif lease.ttl_ms < self._shortest_ms:
+                self._changed.notify()  # beat sooner than planned
+
+    def drop(self, lease: StageLease) -> None:
+        with self._changed:
+            self._held.pop(lease.token, None)
+
+    _shortest_ms = 0
+
+    def _loop(self) -> None:
+        next_beat, idle_since = None, None
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                if not self._held:
+                    # Stages come and go by the millisecond: keep the thread for a while rather
+                    # than start one per stage.
+                    idle_since = idle_since or now
+                    if now - idle_since > IDLE_EXIT_SECONDS:
+                        self._thread = None  # the next hold() starts a new one
+                        return
+                    next_beat = None
+                    self._changed.wait(IDLE_EXIT_SECONDS)
+                    continue
+                idle_since = None
+                self._shortest_ms = min(lease.ttl_ms for lease in self._held.values())
+                period = self._shortest_ms / 3000.0
+                # A lease held now was taken at most now: its first renewal is due a third of its
+                # TTL from now at the latest.
+                next_beat = min(next_beat, now + period) if next_beat is not None else now + period
+                if now < next_beat:
+                    self._changed.wait(next_beat - now)
+                    continue
+                next_beat = None
+                held = list(self._held.values())
+            self._beat(held)
+
+    def _beat(self, held: list[StageLease]) -> None:
+        by_ttl: dict[int, list[StageLease]] = {}
+        for lease in held:
+            by_ttl.setdefault(lease.ttl_ms, []).append(lease)
+        for ttl, leases in by_ttl.items():
+            try:
+                ok = self._renew(keys=_KEYS, args=[ttl, *(x for lease in leases for x in (lease.member, lease.token))])
+            except redis.RedisError:
+                continue  # transient; the next beat retries before the leases run out
+            for lease, kept in zip(leases, ok):
+                if not kept:
+                    lease.lost.set()  # expired and taken: another worker may own the stage now
+                    self.drop(lease)
 
 
 def note_sent(r: Any, session_id: str, stage: Stage) -> None:

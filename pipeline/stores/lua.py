@@ -3,7 +3,9 @@
 A store binds the scripts it needs to its client; the result is redis-py's ``Script``, which
 calls EVALSHA and reloads the source when Redis answers NOSCRIPT (after a restart). The proxy's
 hot path sends EVALSHA itself inside its one round trip and reloads with ``source`` the same
-way. Scripts touch only keys passed in KEYS and sharing a hash tag (Redis Cluster).
+way. Scripts touch only keys passed in KEYS. Most share a hash tag; the stage scripts
+(STAGE_BEGIN, STAGE_FINISH, STAGE_SEND) span a session, the stage leases and a stage queue, so
+broker and state live on one Redis (as kombu's Redis transport needs anyway: no Cluster).
 """
 
 from __future__ import annotations
@@ -102,8 +104,70 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 """)
 
-# KEYS as above; ARGV: max count. Removes and returns up to that many expired leases (their
-# holders died): each is returned to exactly one caller.
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash. ARGV: ttl (ms), then member/token pairs:
+# every lease one process holds, renewed in one call. Returns 1/0 per pair (0: lost).
+LEASE_RENEW_MANY = Lua("lease_renew_many", """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
+local out = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], t, ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+""")
+
+# --- a stage's two ends (the redelivery guard, workers/stages/common.py) ----------------------
+
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash.
+# ARGV: member, token, ttl (ms), the stage's started field. The stage's message has arrived:
+# it is no longer sent-and-waiting; takes the lease (as LEASE_ACQUIRE), then reads the session and
+# marks the stage started. Returns {0} when another live worker holds the lease, else {1, the
+# session hash as it was before the mark} (an empty list: no such session, nothing written).
+STAGE_BEGIN = Lua("stage_begin", """
+redis.call('ZREM', KEYS[3], ARGV[1])
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if exp and tonumber(exp) > t and redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return {0} end
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local fields = redis.call('HGETALL', KEYS[4])
+if #fields > 0 then redis.call('HSET', KEYS[4], ARGV[4], '1') end
+return {1, fields}
+""")
+
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash,
+# KEYS[5] the next stage's queue list. ARGV: lease member, token, done field ('' for none), its
+# value, the next stage's member ('' for none), now, its message. The stage ends in one step:
+# marked done (only on a session that still exists), the next stage's message recorded as sent
+# and pushed to its queue, the lease released if this token still holds it.
+STAGE_FINISH = Lua("stage_finish", """
+if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], ARGV[3], ARGV[4]) end
+if ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+  redis.call('LPUSH', KEYS[5], ARGV[7])
+end
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return 1
+""")
+
+# KEYS[1] sent zset, KEYS[2] the stage's queue list. ARGV: member, now, message. Sends a stage
+# message outside a stage's end (the API's cancel, the reaper, early stop).
+STAGE_SEND = Lua("stage_send", """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return redis.call('LPUSH', KEYS[2], ARGV[3])
+""")
+
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash. ARGV: max count. Removes and returns up
+# to that many expired leases (their holders died): each is returned to exactly one caller.
 LEASE_TAKE_EXPIRED = Lua("lease_take_expired", """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

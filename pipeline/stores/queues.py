@@ -9,13 +9,11 @@ from typing import Iterable
 
 import redis
 
-# kombu.transport.redis defaults (PRIORITY_STEPS, Channel.sep).
-PRIORITY_STEPS = (0, 3, 6, 9)
-PRIORITY_SEP = "\x06\x16"
+from pipeline.messages import PRIORITY_STEPS, queue_key
 
 
 def priority_lists(queue: str) -> list[str]:
-    return [queue if p == 0 else f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS]
+    return [queue_key(queue, p) for p in PRIORITY_STEPS]
 
 
 def queue_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, int]:

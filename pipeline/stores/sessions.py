@@ -115,9 +115,15 @@ class SessionStore:
 
     def get(self, session_id: str) -> SessionState | None:
         raw: dict[Any, Any] = self._r.hgetall(keys.session(session_id))
+        return self.parse(session_id, raw)
+
+    @staticmethod
+    def parse(session_id: str, raw: dict[Any, Any] | list[Any]) -> SessionState | None:
+        """A session from its hash as HGETALL gives it (a map, or a script's flat list)."""
         if not raw:
             return None
-        f = {text(k): text(v) for k, v in raw.items()}
+        pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2])
+        f = {text(k): text(v) for k, v in pairs}
         return SessionState(
             session_id=session_id,
             status=SessionStatus(f[F.STATUS]),

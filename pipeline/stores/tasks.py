@@ -15,6 +15,7 @@ import redis
 from pipeline import keys
 from pipeline.codec import text
 from pipeline.errors import TaskExists, TaskNotFound, TransitionRefused
+from pipeline.messages import init_priority, queue_key, stage_message
 from pipeline.schemas import SessionResult, SessionSpec, SessionSummary, TaskRequest, TaskStatus
 from pipeline.status import Outcome, SessionStatus, Stage, TaskState
 from pipeline.stores import lua
@@ -40,8 +41,9 @@ class TaskStore:
     # --- submit ------------------------------------------------------------------------------
 
     def create(self, request: TaskRequest) -> list[SessionSpec]:
-        """Store the task and register its sessions in one MULTI/EXEC: a submission either
-        exists completely or not at all (a failure half-way leaves nothing to conflict with)."""
+        """Store the task, register its sessions and queue their INIT messages in one
+        MULTI/EXEC: a submission either exists completely, its sessions on their way, or not at
+        all (a failure half-way leaves nothing to conflict with)."""
         key = keys.task(request.task_id)
         specs = SessionSpec.expand(request)
         payload = request.model_dump_json()  # before anything is written: it may fail
@@ -54,9 +56,13 @@ class TaskStore:
                 pipe.multi()
                 pipe.hset(key, mapping={"created_at": repr(now), "request": payload,
                                         "state": TaskState.PENDING.value, "total": len(specs)})
+                priority = init_priority(request.dispatch_priority)
+                init = Stage.INIT
                 for spec in specs:
                     self.sessions.register(spec, pipe)
-                    note_sent(pipe, spec.session_id, Stage.INIT)  # the reaper sends it if the API cannot
+                    note_sent(pipe, spec.session_id, init)  # cleared when INIT starts; else the reaper resends
+                    pipe.lpush(queue_key(init.queue, priority),
+                               stage_message(init.task_name, spec.session_id, init.queue, priority))
                 pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
                 pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
                 pipe.zremrangebyscore(keys.TASKS_INDEX, "-inf", repr(now - self._ttl))  # bounded

@@ -12,6 +12,7 @@ from infra import fake_upstream
 from pipeline.schemas import TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage, TaskState
+from pipeline.stores.queues import priority_lists
 from proxy.app import create_app as create_proxy
 from proxy.upstream import WSGITransport
 from tests.inproc.conftest import BASE, UPSTREAM
@@ -115,6 +116,9 @@ BOUNDED = {
 }
 
 
+STAGE_LISTS = {key for stage in Stage for key in priority_lists(stage.queue)}
+
+
 def test_every_redis_key_expires_or_has_a_documented_bound(deps, r):
     for sid in submit(deps, num_samples=3):
         run_all(deps, sid)
@@ -123,7 +127,7 @@ def test_every_redis_key_expires_or_has_a_documented_bound(deps, r):
         name = key.decode()
         if r.ttl(key) >= 0 or name in BOUNDED:
             continue
-        if name.startswith("_kombu.binding.") or name in ("init", "run", "postrun", "evaluate", "callback"):
-            continue  # Celery's own: bindings, and the stage queues (drained by the workers)
+        if name.startswith("_kombu.binding.") or name in STAGE_LISTS:
+            continue  # Celery's own: bindings, and the stage queues' lists (drained by the workers)
         unbounded.append(name)
     assert unbounded == []

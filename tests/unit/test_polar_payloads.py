@@ -73,7 +73,7 @@ def test_a_cancelled_task_is_failed_on_the_wire_for_polars_pollers_and_cancelled
 
 
 def test_dispatch_priority_maps_onto_the_brokers_priorities_highest_first():
-    from pipeline.celery_app import init_priority
+    from pipeline.messages import init_priority
 
     assert [init_priority(p) for p in (100, 67, 50, 34, 0)] == [0, 3, 5, 6, 9]  # Redis serves 0 first
     assert TaskRequest.model_validate({**task(custom_shell="true"), "dispatch_priority": 80}).dispatch_priority == 80

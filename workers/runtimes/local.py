@@ -8,6 +8,7 @@ under ``.pids/`` so that ``cancel``/``stop`` from any process can kill the whole
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -106,6 +107,7 @@ class LocalRuntime:
             pidfile = self.root / ".pids" / str(proc.pid)
             pidfile.touch()
             timed_out = cancelled = False
+            exited = _ExitWatch(proc)
             try:
                 while proc.poll() is None:
                     elapsed = time.monotonic() - started
@@ -116,13 +118,13 @@ class LocalRuntime:
                     if timed_out or cancelled:
                         _terminate_group(proc)
                         break
-                    try:  # returns as soon as the command ends (a sleep would add up to a poll per command)
-                        proc.wait(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
-                    except subprocess.TimeoutExpired:
-                        pass
+                    # Woken by the kernel the moment the command ends; otherwise every POLL_SECONDS
+                    # for the cancel checks above.
+                    exited.wait(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
                 # Killed from another process (``cancel``) before this loop saw the marker.
                 cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
             finally:
+                exited.close()
                 # Whatever the command left behind in its group goes with it.
                 _killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -160,6 +162,37 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+class _ExitWatch:
+    """Waits for a child to exit without polling: a pidfd becomes readable when it does
+    (``Popen.wait(timeout)`` instead wakes up to every few milliseconds to ask). Falls back to
+    ``Popen.wait`` where pidfds are missing (Linux < 5.3, other systems)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self._poll: select.poll | None = None
+        self._fd: int | None = None
+        try:
+            self._fd = os.pidfd_open(proc.pid)
+            self._poll = select.poll()
+            self._poll.register(self._fd, select.POLLIN)
+        except (AttributeError, OSError):
+            self.close()
+
+    def wait(self, seconds: float) -> None:
+        if self._poll is None:
+            try:
+                self.proc.wait(seconds)
+            except subprocess.TimeoutExpired:
+                pass
+            return
+        self._poll.poll(max(0, int(seconds * 1000)))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = self._poll = None
+
+
 def _terminate_group(proc: subprocess.Popen) -> None:
     _killpg(proc.pid, signal.SIGTERM)
     try:
@@ -173,21 +206,20 @@ def kill_session_processes(root: Path) -> int:
     """Kill every process started in this session, including those that left its process group
     (``setsid``, double forks): each carries the session's ``POLAR_SESSION_DIR`` in its
     environment. (A process that scrubs its environment escapes this; the bwrap sandbox's PID
-    namespace does not let it.)"""
+    namespace does not let it.) Every session's teardown reads every process's environment, so
+    this stays at raw ``os`` calls: ~3x cheaper than through ``Path`` objects."""
     tag = f"POLAR_SESSION_DIR={root}".encode()
+    me = os.getpid()
     killed = 0
     for _ in range(3):  # a dying parent may fork once more: sweep until nothing is left
         found = 0
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                environ = (proc / "environ").read_bytes()
-            except OSError:
-                continue
-            if tag in environ.split(b"\0"):
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                name = entry.name
+                if not name.isdigit() or int(name) == me or not _environ_holds(name, tag):
+                    continue
                 try:
-                    os.kill(int(proc.name), signal.SIGKILL)
+                    os.kill(int(name), signal.SIGKILL)
                     found += 1
                 except (ProcessLookupError, PermissionError):
                     pass
@@ -196,6 +228,24 @@ def kill_session_processes(root: Path) -> int:
             break
         time.sleep(0.05)
     return killed
+
+
+def _environ_holds(pid: str, tag: bytes) -> bool:
+    try:
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    environ = b"".join(chunks)
+    # A cheap substring test first; the exact entry (not a longer path that starts the same) after.
+    return tag in environ and tag in environ.split(b"\0")
 
 
 def _killpg(pgid: int, sig: int) -> None:

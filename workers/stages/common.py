@@ -59,7 +59,8 @@ def _deps_for(pid: int) -> Deps:
 def make_deps(settings: Settings) -> Deps:
     allow_plugin_modules(settings.plugin_module_list)
     r, app = connect(settings), make_app(settings)
-    return Deps(settings, Stores.open(r, settings), app, Dispatcher(app, r))
+    stores = Stores.open(r, settings)
+    return Deps(settings, stores, app, Dispatcher(app, stores.stage_runs))
 
 
 def deps() -> Deps:
@@ -73,21 +74,22 @@ Recover = Callable[[Deps, SessionState], "Stage | None"]
 def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None,
               d: Deps | None = None) -> str:
     d = d or deps()
-    sessions = d.stores.sessions
-    lease = StageLease(d.stores.r, session_id, stage, d.settings.stage_lease_seconds)
-    if not lease.acquire():
+    runs = d.stores.stage_runs
+    begun = runs.begin(session_id, stage)  # one round trip: the lease, the session, the "started" mark
+    if begun is None:
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
         return "duplicate"
-    failed = False
+    lease, state = begun.lease, begun.state
     try:
-        state = sessions.get(session_id)
         if state is None:
             log.warning("%s %s: unknown or expired session", stage.value, session_id)
+            runs.finish(lease, session_id)
             return "missing"
         if stage in state.done:
-            _send(d, state.done[stage], session_id)
+            nxt = state.done[stage]
+            runs.finish(lease, session_id, send=nxt)
             return "already-done"
-        nxt: Stage | None = None
+        nxt = None
         rerun = recover is None or stage not in state.started
         if not rerun:
             log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
@@ -96,29 +98,24 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
             except Rerun:
                 rerun = True
         if rerun:
-            sessions.mark_started(session_id, stage)
             try:
                 nxt = body(d, state, lease)
             except Skip as why:
                 log.info("%s %s: skipped (%s)", stage.value, session_id, why)
                 # A worker that died between a status write and its "done" marker left the
                 # session waiting for a later stage nobody sent: send it (it is guarded too).
-                _send(d, _pending_after(d, stage, session_id), session_id)
+                runs.finish(lease, session_id, send=_pending_after(d, stage, session_id))
                 return "skipped"
-        # Remember where this stage sent the session, for a redelivered copy to repeat.
-        sessions.mark_done(session_id, stage, nxt)
-        _send(d, nxt, session_id)
+        # Remember where this stage sent the session, for a redelivered copy to repeat; send it
+        # there; give the lease back -- one atomic step.
+        runs.finish(lease, session_id, done=stage, sent_to=nxt, send=nxt)
         return "done"
     except BaseException:
         # Crashed (Redis gone for longer than the client retries, a bug): keep the lease
         # unreleased so it lapses and the reaper sends the stage again, into its recovery path,
         # instead of the session waiting for a message nobody will send.
-        failed = True
         lease.stop_heartbeat()
         raise
-    finally:
-        if not failed:
-            lease.release()
 
 
 _ORDER = list(Stage)
@@ -151,6 +148,3 @@ def _pending_after(d: Deps, stage: Stage, session_id: str) -> Stage | None:
     return None
 
 
-def _send(d: Deps, stage: Stage | None, session_id: str) -> None:
-    if stage is not None:
-        d.dispatcher.send(stage, session_id)

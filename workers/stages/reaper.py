@@ -19,7 +19,7 @@ import threading
 import time
 
 from pipeline import results_dir
-from pipeline.celery_app import init_priority
+from pipeline.messages import init_priority
 from pipeline.status import Stage
 from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued

@@ -1,0 +1,212 @@
+"""Orchestration throughput: how many sessions per second the five stage queues move, and the CPU
+each costs across every process (API, the five workers and their pool children, Redis), when
+the agent itself costs nothing.
+
+    .venv/bin/python bench/orchestration_bench.py [--sessions 500] [--tasks 50] [--events] [--profile]
+
+Input: ``--sessions`` sessions in ``--tasks`` tasks submitted at once through the API, each
+session's agent a ``custom_shell`` ``true`` in the local runtime, the ``per_request`` builder
+and the ``session_completed`` evaluator -- every stage runs for real (INIT makes the session's
+folder, RUN starts the process, CALLBACK publishes to the stream), only the agent does no
+work. (It makes no model call, so each session ends ERROR "no completions captured": the same
+path as any other session.) Stage concurrency is the stack's default (init 4, run 8, postrun 2,
+evaluate 4, callback 4 on 2 cores), READY capacity 16.
+
+Prints sessions/s (first submit to last terminal), CPU ms per session summed over every process
+and per process, and Redis commands per session (INFO commandstats). ``--events`` turns Celery
+task events on in every worker (what ``polar up`` does when Flower is started) to measure what
+they cost; ``--profile`` samples every worker with py-spy (``pip install py-spy``) and prints the
+top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+
+from infra.stack import Stack, StackConfig  # noqa: E402
+from pipeline.client import RolloutClient  # noqa: E402
+from pipeline.keys import RESULTS_STREAM  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def task(i: int, samples: int, tag: str) -> dict[str, Any]:
+    return {"task_id": f"orch-{tag}-{i}", "instruction": "noop", "num_samples": samples, "timeout_seconds": 600,
+            "runtime": {"backend": "local"}, "agent": {"custom_shell": {"command": "true"}},
+            "builder": {"strategy": "per_request"}, "evaluator": {"strategy": "session_completed"}}
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # [0] is field 3 (state)
+    except OSError:
+        return None
+
+
+def cpu_seconds(groups: dict[str, int], redis_pid: int) -> dict[str, float]:
+    """CPU (user + system, with waited-for children's) by stack component: every live process of
+    each child's process session (each leads its own: its pool children and agents included),
+    and the Redis server's process."""
+    by_session = {sid: name for name, sid in groups.items()}
+    out = {name: 0.0 for name in groups}
+    for entry in os.scandir("/proc"):
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields and int(fields[3]) in by_session:
+            out[by_session[int(fields[3])]] += sum(int(f) for f in fields[11:15]) / CLK  # utime stime cutime cstime
+    fields = _stat(redis_pid)
+    out["redis"] = sum(int(f) for f in fields[11:15]) / CLK if fields else 0.0
+    return out
+
+
+def redis_calls(r: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+
+
+def wait_published(r: redis.Redis, total: int, timeout: float) -> int:
+    """Until the results stream holds ``total`` entries (each terminal session is published
+    once); returns the XLENs sent, so they can be left out of the pipeline's command count.
+    (Polling the API instead would charge the API and Redis for the benchmark's own polling.)"""
+    deadline, polls = time.monotonic() + timeout, 0
+    while r.xlen(RESULTS_STREAM) < total:
+        polls += 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{r.xlen(RESULTS_STREAM)} of {total} sessions published")
+        time.sleep(0.02)
+    return polls + 1
+
+
+def submit_all(client: RolloutClient, tasks: list[dict[str, Any]], threads: int = 4) -> None:
+    chunks = [tasks[i::threads] for i in range(threads)]
+    workers = [threading.Thread(target=lambda c=c: [client.submit(t) for t in c]) for c in chunks]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def profile(pids: dict[str, int], seconds: float, out_dir: Path) -> dict[str, Path]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    procs = {}
+    for name, pid in pids.items():
+        path = out_dir / f"{name}.txt"
+        procs[name] = (subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--duration",
+                                         str(int(seconds)), "--format", "raw", "--output", str(path), "--nonblocking", "--gil"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), path)
+    return {n: p for n, (proc, p) in procs.items() if proc.wait() == 0 or p.exists()}
+
+
+OURS = ("(pipeline/", "(workers/", "(infra/")  # py-spy names files relative to sys.path
+MACHINERY = ("(celery/", "(kombu/", "(billiard/", "(vine/", "(amqp/")
+
+
+def breakdown(raw: Path, top: int = 10) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """From py-spy's raw (collapsed-stack) output: the share of samples whose stack holds project
+    code (``project``: our stage code and the Redis calls it makes), else Celery/kombu machinery
+    (``celery/kombu``: its Redis calls included), else anything else; and, within the project's
+    share, the project functions that were innermost (what our code was doing)."""
+    shares: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        count, frames = int(n), stack.split(";")
+        total += count
+        mine = [f for f in frames if any(p in f for p in OURS) and "(infra/cli/" not in f]
+        bucket = "project" if mine else "celery/kombu" if any(any(p in f for p in MACHINERY) for f in frames) \
+            else "other"
+        shares[bucket] = shares.get(bucket, 0) + count
+        if mine:
+            name = mine[-1].split(" (")[0] + " " + mine[-1].rsplit("/", 1)[-1].rstrip(")")
+            ours[name] = ours.get(name, 0) + count
+    pct = {k: 100 * v / total for k, v in shares.items()} if total else {}
+    return pct, [(f, 100 * c / total) for f, c in sorted(ours.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--events", action="store_true", help="Celery task events on (what Flower needs)")
+    parser.add_argument("--profile", action="store_true", help="sample every worker with py-spy")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="polar-orch-"))
+    settings = Settings(home=home, ready_capacity=16, task_events=args.events)
+    config = StackConfig(settings=settings, upstream="fake", components=("api", "workers"), supervise=False)
+    with Stack(config) as stack:
+        client = RolloutClient.from_settings(stack.settings)
+        r = redis.Redis.from_url(stack.settings.redis_url)
+        groups = {name: child.proc.pid for name, child in stack.children.items() if name != "model"}
+        assert stack.redis is not None and stack.redis.pid is not None
+        redis_pid = stack.redis.pid
+        # Warm-up: every pool child has imported what it runs.
+        warm = [task(i, 4, "warm") for i in range(5)]
+        submit_all(client, warm)
+        wait_published(r, 20, 120)
+        per_task = max(1, args.sessions // args.tasks)
+        tasks = [task(i, per_task, "run") for i in range(args.tasks)]
+        n = per_task * args.tasks
+        cpu0, calls0, t0 = cpu_seconds(groups, redis_pid), redis_calls(r), time.monotonic()
+        spy: threading.Thread | None = None
+        raws: dict[str, Path] = {}
+        if args.profile:
+            pids = {k: v for k, v in groups.items() if k.startswith("worker-") or k == "api"}
+            out = home / "profiles"
+            out.mkdir()
+            spy = threading.Thread(target=lambda: raws.update(profile(pids, max(3.0, n / 60), out)))
+            spy.start()
+        submit_all(client, tasks)
+        polls = wait_published(r, 20 + n, 600)
+        wall = time.monotonic() - t0
+        cpu1, calls1 = cpu_seconds(groups, redis_pid), redis_calls(r)
+        calls1["xlen"] = calls1.get("xlen", 0) - polls  # the benchmark's own
+        calls1["info"] = calls1.get("info", 0) - 1
+        commands = {k: (v - calls0.get(k, 0)) / n for k, v in calls1.items() if v - calls0.get(k, 0) > 0}
+        if spy is not None:
+            spy.join()
+        by_name = {name: 1000 * (cpu1[name] - cpu0[name]) / n for name in cpu1}
+        figures = {"sessions": n, "tasks": args.tasks, "events": args.events, "wall_s": round(wall, 2),
+                   "sessions_per_s": round(n / wall, 1), "cpu_ms_per_session": round(sum(by_name.values()), 1),
+                   "cpu_ms_per_session_by_process": {k: round(v, 2) for k, v in sorted(by_name.items())},
+                   "redis_commands_per_session": round(sum(commands.values()), 1),
+                   "redis_commands_by_name": {k: round(v, 2) for k, v in sorted(commands.items(), key=lambda kv: -kv[1])}}
+        if args.json:
+            print(json.dumps(figures))
+        else:
+            print(f"{n} no-op sessions in {args.tasks} tasks, events {'on' if args.events else 'off'}: "
+                  f"{figures['sessions_per_s']} sessions/s ({wall:.1f} s), "
+                  f"{figures['cpu_ms_per_session']} ms CPU per session, "
+                  f"{figures['redis_commands_per_session']} Redis commands per session")
+            for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1]):
+                print(f"  {name:<18}{ms:>8.2f} ms CPU/session")
+            print("  Redis commands per session: " + ", ".join(
+                f"{k} {v}" for k, v in list(figures["redis_commands_by_name"].items())[:16]))
+        for name, raw in sorted(raws.items()):
+            shares, ours = breakdown(raw)
+            print(f"\n{name} (py-spy, samples holding the GIL): " +
+                  ", ".join(f"{k} {v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])))
+            for frame, pct in ours:
+                print(f"  {pct:5.1f}%  {frame}")
+    if not args.profile:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
