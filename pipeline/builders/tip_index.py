@@ -4,6 +4,10 @@ A completion continues a chain whose tip (last prompt) is a strict prefix of its
 every open chain costs a comparison per chain; walking the prompt down a radix tree of the tips
 finds all of them at once, at the cost of comparing the prompt once (list slices, compared in C)
 plus one dict lookup per branching point on its path -- however many chains are open.
+
+Edges copy no ids: a node keeps a ``source`` list whose first ``depth`` ids are its path (any tip
+below it), so its edge is ``source[parent.depth:depth]`` and folding a node into its child, which
+a chain moving on does on every turn, is a pointer change, not a copy of a 30k-id prompt.
 """
 
 from __future__ import annotations
@@ -16,17 +20,17 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class Node(Generic[T]):
-    label: list[int]  # the ids on the edge from the parent
-    depth: int  # ids from the root to the end of this node's label
+    source: list[int]  # its first ``depth`` ids are the path from the root to this node
+    depth: int
     parent: "Node[T] | None" = None
-    children: "dict[int, Node[T]]" = field(default_factory=dict)  # by the first id of their label
+    children: "dict[int, Node[T]]" = field(default_factory=dict)  # by the first id of their edge
     items: list[T] = field(default_factory=list)  # whatever ends exactly here
 
 
 @dataclass
 class Probe(Generic[T]):
     """A walk down the tree: ``items`` end at strict prefixes of the ids; the walk stopped at
-    ``node`` (``depth`` ids matched) and an insert of the same ids resumes there."""
+    ``node`` (its ``depth`` ids matched) and an insert of the same ids resumes there."""
 
     ids: list[int]
     items: list[T]
@@ -44,7 +48,7 @@ class TipIndex(Generic[T]):
             if node.items and d < n:
                 found += node.items
             child = node.children.get(ids[d]) if d < n else None
-            if child is None or child.depth > n or ids[d:child.depth] != child.label:
+            if child is None or child.depth > n or not _same_run(ids, child.source, d, child.depth):
                 return Probe(ids, found, node)
             node = child
 
@@ -54,11 +58,10 @@ class TipIndex(Generic[T]):
         d, n = node.depth, len(ids)
         if d < n and (child := node.children.get(ids[d])) is not None:
             # The ids leave (or end inside) the child's edge: split it where they part.
-            shared = _shared_prefix(ids, d, child.label)
-            node = self._split(child, shared)
+            node = self._split(child, d + _shared_prefix(ids, child.source, d, child.depth))
             d = node.depth
         if d < n:
-            leaf: Node[T] = Node(ids[d:], n, node)
+            leaf: Node[T] = Node(ids, n, node)
             node.children[ids[d]] = leaf
             node = leaf
         node.items.append(item)
@@ -71,46 +74,52 @@ class TipIndex(Generic[T]):
         if node.items or parent is None:
             return
         if not node.children:
-            del parent.children[node.label[0]]
+            del parent.children[node.source[parent.depth]]
             if len(parent.children) == 1 and not parent.items and parent.parent is not None:
-                self._merge_into_child(parent)
+                self._fold_into_child(parent)
         elif len(node.children) == 1:
-            self._merge_into_child(node)
+            self._fold_into_child(node)
 
     @staticmethod
-    def _split(child: Node[T], at: int) -> Node[T]:
-        """A node ``at`` ids into ``child``'s edge, between its parent and it."""
+    def _split(child: Node[T], depth: int) -> Node[T]:
+        """A node at ``depth`` on ``child``'s edge, between its parent and it."""
         parent = child.parent
-        assert parent is not None and 0 < at <= len(child.label)
-        if at == len(child.label):
+        assert parent is not None and parent.depth < depth <= child.depth
+        if depth == child.depth:
             return child
-        mid: Node[T] = Node(child.label[:at], parent.depth + at, parent)
-        parent.children[child.label[0]] = mid
-        child.label = child.label[at:]
+        mid: Node[T] = Node(child.source, depth, parent)
+        parent.children[child.source[parent.depth]] = mid
+        mid.children[child.source[depth]] = child
         child.parent = mid
-        mid.children[child.label[0]] = child
         return mid
 
     @staticmethod
-    def _merge_into_child(node: Node[T]) -> None:
+    def _fold_into_child(node: Node[T]) -> None:
         parent = node.parent
         assert parent is not None
-        [child] = node.children.values()
-        child.label = node.label + child.label
+        [child] = node.children.values()  # its source runs through this node's path too
         child.parent = parent
-        parent.children[child.label[0]] = child
+        parent.children[child.source[parent.depth]] = child
 
 
-def _shared_prefix(ids: list[int], start: int, label: list[int]) -> int:
-    """How many ids of ``label`` equal ``ids[start:]``: galloping then halving over slice
-    comparisons, so a long shared run costs C comparisons, not a Python loop per id."""
-    limit = min(len(ids) - start, len(label))
+def _same_run(ids: list[int], source: list[int], start: int, stop: int) -> bool:
+    """``ids[start:stop] == source[start:stop]``, slicing only what must be sliced."""
+    if start == 0 and stop == len(source):
+        return (ids if stop == len(ids) else ids[:stop]) == source
+    return ids[start:stop] == source[start:stop]
+
+
+def _shared_prefix(ids: list[int], source: list[int], start: int, stop: int) -> int:
+    """How many ids from ``start`` on agree in ``ids`` and ``source[:stop]``: galloping then
+    halving over slice comparisons, so a long shared run costs C comparisons, not a Python loop
+    per id."""
+    limit = min(len(ids), stop) - start
     j, step = 0, 1
-    while j + step <= limit and ids[start + j:start + j + step] == label[j:j + step]:
+    while j + step <= limit and _same_run(ids, source, start + j, start + j + step):
         j += step
         step *= 2
     while step > 1:  # the mismatch (or the limit) lies in [j, j + step)
         step //= 2
-        if j + step <= limit and ids[start + j:start + j + step] == label[j:j + step]:
+        if j + step <= limit and _same_run(ids, source, start + j, start + j + step):
             j += step
     return j

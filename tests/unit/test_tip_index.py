@@ -20,15 +20,16 @@ class Item:
 
 
 def check_shape(index: TipIndex) -> int:
-    """Every edge is labelled and indexed by its first id, depths add up, and every node but the
-    root marks a tip or branches (no chain of stale nodes a probe would have to walk)."""
+    """Every edge has ids and is indexed by its first one, every node's source runs through its
+    parent's path, and every node but the root marks a tip or branches (no chain of stale nodes
+    a probe would have to walk). Returns the number of nodes."""
     nodes, stack = 0, [index.root]
     while stack:
         node: Node = stack.pop()
         nodes += 1
         for first, child in node.children.items():
-            assert child.parent is node and child.label and child.label[0] == first
-            assert child.depth == node.depth + len(child.label)
+            assert child.parent is node and child.depth > node.depth and child.source[node.depth] == first
+            assert child.source[:node.depth] == node.source[:node.depth]
             assert child.items or len(child.children) >= 2
             stack.append(child)
     return nodes
@@ -54,7 +55,7 @@ def test_probe_finds_exactly_the_strict_prefixes(ops):
         elif op == "remove":
             index.remove(live.pop(chosen)[1], chosen)
         check_shape(index)
-        assert all(item in node.items and node.depth == len(tip) for item, (tip, node) in live.items())
+        assert all(item in node.items and node.source[:node.depth] == tip for item, (tip, node) in live.items())
 
 
 def test_a_long_conversation_keeps_the_tree_one_edge_deep():
@@ -68,11 +69,13 @@ def test_a_long_conversation_keeps_the_tree_one_edge_deep():
         new = index.insert(probe, item)
         index.remove(node, item)
         node, tip = new, longer
-    assert check_shape(index) == 2 and node.label == tip  # the root and one leaf holding the whole tip
+    assert check_shape(index) == 2 and node.parent is index.root and node.source is tip  # one leaf: no copies
 
 
-@given(st.lists(st.integers(0, 1), max_size=70), st.lists(st.integers(0, 1), max_size=70), st.integers(0, 5))
-def test_shared_prefix_is_the_common_run(a, b, start):
-    start = min(start, len(a))
-    expected = next((i for i, (x, y) in enumerate(zip(a[start:], b)) if x != y), min(len(a) - start, len(b)))
-    assert _shared_prefix(a, start, b) == expected
+@given(st.lists(st.integers(0, 1), max_size=70), st.lists(st.integers(0, 1), max_size=70), st.integers(0, 5),
+       st.integers(0, 80))
+def test_shared_prefix_is_the_common_run(a, b, start, stop):
+    start, stop = min(start, len(a), len(b)), min(max(stop, start), len(b))
+    pairs = list(zip(a[start:stop], b[start:stop]))
+    expected = next((i for i, (x, y) in enumerate(pairs) if x != y), len(pairs))
+    assert _shared_prefix(a, b, start, stop) == expected
