@@ -109,7 +109,7 @@ class PrefixMergingBuilder:
         stats.completions_merged = stats.completions_total - stats.chains_total
         metadata = {"builder": self.name, "end_of_turn_token_id": eot, "strict": self.strict,
                     "reconstruction": {k: v for k, v in vars(stats).items() if k != "extra"}}
-        return Trajectory(traces=traces, metadata=metadata)
+        return Trajectory.model_construct(traces=traces, metadata=metadata)  # traces aligned by construction
 
     def _chains(self, ordered: list[CompletionRecord], eot: int | None, stats: _Stats) -> list[_Chain]:
         if eot is None:  # nothing can be merged
