@@ -1,5 +1,5 @@
 """prefix_merging speed: a 100-completion session whose prompts grow past 32k tokens (3.2 M ids),
-and the cost per prompt id as completions and concurrent conversations grow.
+and the cost per prompt id as completions, open conversations and turns grow.
 
     .venv/bin/python bench/merge_bench.py [--against REV]
 
@@ -146,6 +146,10 @@ def main() -> None:
            "1000/10 ~1.0-1.2x):",
            {n: (n // 10, session(conversations=n // 10, turns=10, base=2_000, response=40, tool=40, seed=n,
                                  shared=1_500)) for n in (10, 100, 1000)}, under_test, names)
+    _table("open conversations: 10 / 100 / 1,000 interleaved conversations x 3 turns, sharing a 1,500-token "
+           "system prompt;\nprompts 2k -> 2.2k tokens (the chain search must not grow with the open chains):",
+           {n: (n // 3, session(conversations=n // 3, turns=3, base=2_000, response=40, tool=40, seed=n,
+                                shared=1_500)) for n in (30, 300, 3000)}, under_test, names)
     _table("one conversation of N turns, 20-token responses and tool results, prompts from 2k tokens "
            "(ids grow with N^2, time per id should not):",
            {n: (1, session(conversations=1, turns=n, base=2_000, response=20, tool=20, seed=n))
