@@ -1,13 +1,16 @@
 """``prefix_merging``: completions of one conversation become one trace (the paper's §3.4.2).
 
-Completions, in time order, form chains: a completion joins the chain whose last prompt (its
-*tip*) is a token prefix of its own prompt, the longest such tip winning; with none it starts a
-new chain, so sub-agents, compaction, parallel branches and rewritten prompts become separate
-chains. Per chain the trace is ``P1`` as prompt and ``R'1 ‖ T1 ‖ R'2 ‖ … ‖ R'k`` as response:
-``R'i`` are the ids the policy *sampled* (mask 1, their logprobs), ``Ti`` the canonical
-interstitial taken from the next prompt after the end-of-turn token (mask 0, a synthetic
-logprob). A turn cut by ``length`` has no end-of-turn token, so its ``Ti`` starts with the one
-the template inserted, closing the turn.
+Completions, in time order, form chains: a completion joins a chain whose last prompt (its
+*tip*) is a strict token prefix of its own prompt (``_best_chain`` ranks them); with none it
+starts a new chain, so sub-agents, compaction, parallel branches and rewritten prompts become
+separate chains. The tips live in a radix tree (``tip_index``), so finding them costs one pass
+over the prompt however many conversations are open.
+
+Per chain the trace is ``P1`` as prompt and ``R'1 ‖ T1 ‖ R'2 ‖ … ‖ R'k`` as response: ``R'i``
+are the ids the policy *sampled* (mask 1, their logprobs), ``Ti`` the canonical interstitial
+taken from the next prompt after the end-of-turn token (mask 0, a synthetic logprob). A turn cut
+by ``length`` has no end-of-turn token, so its ``Ti`` starts with the one the template
+inserted, closing the turn.
 
 Context drift: the trainer scores turn k after ``P1 ‖ R'1 ‖ T1 ‖ …`` but the policy sampled it
 after ``Pk``. They differ exactly when the next prompt re-renders an earlier sampled turn
@@ -18,27 +21,30 @@ new chain instead of merging a turn whose context would drift.
 
 from __future__ import annotations
 
+import gc
 import os
-from array import array
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from pipeline.builders.base import BuildContext, BuildError
+from pipeline.builders.tip_index import Node, TipIndex
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
 
 EOS_FINISHES = ("stop", "tool_calls")
+# A trace's logprobs validated in one pydantic-core call: ~0.8 us a token, where
+# ``TokenLogprob.model_construct`` per token takes ~2 us (its field loop runs in Python).
+_LOGPROBS = TypeAdapter(list[TokenLogprob])
 
 
-def _key(ids: list[int]) -> bytes:
-    """Ids as machine words, so prefix tests are one memcmp instead of a Python loop."""
-    return array("q", ids).tobytes()
-
-
-@dataclass
+@dataclass(eq=False)
 class _Chain:
+    order: int  # creation order: the last tie-break between chains
     records: list[CompletionRecord]
-    tip: bytes
     response: list[int]
     mask: list[float]
     logprobs: list[float]
@@ -46,10 +52,11 @@ class _Chain:
     turns: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     exact: bool = True  # every earlier sampled turn re-rendered to exactly its ids so far
+    node: Node["_Chain"] | None = None  # where its tip is in the index
 
     @classmethod
-    def start(cls, c: CompletionRecord, key: bytes) -> "_Chain":
-        chain = cls([c], key, [], [], [], [], [], [])
+    def start(cls, order: int, c: CompletionRecord) -> "_Chain":
+        chain = cls(order, [c], [], [], [], [], [], [])
         chain.add_turn(c, interstitial=[], matches=True, synthetic=0.0)
         return chain
 
@@ -95,20 +102,33 @@ class PrefixMergingBuilder:
         ordered = sorted(completions, key=lambda c: (c.started_at, c.seq))
         eot = self.eot if self.eot is not None else detect_eot(ordered)
         stats = _Stats(completions_total=len(ordered))
-        chains: list[_Chain] = []
-        for c in ordered:
-            key = _key(c.prompt_ids)
-            chain = None if eot is None else _best_chain(chains, c, key, eot)
-            if chain is None or eot is None or not self._extend(chain, c, key, eot, stats):
-                chains.append(_Chain.start(c, key))
+        with _collection_paused():
+            chains = self._chains(ordered, eot, stats)
+            traces = [self._trace(i, ch, ctx) for i, ch in enumerate(chains)]
         stats.chains_total = len(chains)
         stats.completions_merged = stats.completions_total - stats.chains_total
-        traces = [self._trace(i, ch, ctx) for i, ch in enumerate(chains)]
         metadata = {"builder": self.name, "end_of_turn_token_id": eot, "strict": self.strict,
                     "reconstruction": {k: v for k, v in vars(stats).items() if k != "extra"}}
-        return Trajectory(traces=traces, metadata=metadata)
+        return Trajectory.model_construct(traces=traces, metadata=metadata)  # traces aligned by construction
 
-    def _extend(self, chain: _Chain, c: CompletionRecord, key: bytes, eot: int, stats: _Stats) -> bool:
+    def _chains(self, ordered: list[CompletionRecord], eot: int | None, stats: _Stats) -> list[_Chain]:
+        if eot is None:  # nothing can be merged
+            return [_Chain.start(i, c) for i, c in enumerate(ordered)]
+        chains: list[_Chain] = []
+        tips: TipIndex[_Chain] = TipIndex()
+        for c in ordered:
+            probe = tips.probe(c.prompt_ids)
+            chain = _best_chain(probe.items, c)
+            old_tip = chain.node if chain is not None else None
+            if chain is None or not self._extend(chain, c, eot, stats):
+                chain, old_tip = _Chain.start(len(chains), c), None
+                chains.append(chain)
+            chain.node = tips.insert(probe, chain)
+            if old_tip is not None:  # the chain moved on: its old tip is no prefix to offer
+                tips.remove(old_tip, chain)
+        return chains
+
+    def _extend(self, chain: _Chain, c: CompletionRecord, eot: int, stats: _Stats) -> bool:
         last = chain.records[-1]
         tail = c.prompt_ids[len(last.prompt_ids):]
         try:
@@ -128,7 +148,6 @@ class PrefixMergingBuilder:
         stats.truncated_turns += 0 if closed else 1
         stats.drifted_turns += 0 if chain.exact else 1
         chain.records.append(c)
-        chain.tip = key
         return True
 
     def _trace(self, index: int, chain: _Chain, ctx: BuildContext) -> Trace:
@@ -138,8 +157,8 @@ class PrefixMergingBuilder:
             prompt_ids=list(first.prompt_ids),
             response_ids=chain.response,
             loss_mask=chain.mask,
-            response_logprobs=[TokenLogprob.model_construct(token_id=t, logprob=lp, token=s)
-                               for t, lp, s in zip(chain.response, chain.logprobs, chain.tokens)],
+            response_logprobs=_LOGPROBS.validate_python([{"token_id": t, "logprob": lp, "token": s} for t, lp, s
+                                                         in zip(chain.response, chain.logprobs, chain.tokens)]),
             prompt_messages=first_messages,
             response_messages=_response_messages(chain.records),
             tools=first.normalized_request.get("tools") or None,
@@ -152,26 +171,39 @@ class PrefixMergingBuilder:
         )
 
 
-def _best_chain(chains: list[_Chain], c: CompletionRecord, key: bytes, eot: int) -> _Chain | None:
-    """The chain ``c`` continues: its tip must be a strict token prefix of ``c``'s prompt. Among
-    those (branches sampled from one prompt share a tip), prefer the chain whose last sampled
-    turn reappears token for token in ``c``'s prompt, then the one whose last turn ``c``'s
-    messages echo (the message-level key: it survives a re-rendering that drifts), then the
-    longest tip, then the most recent."""
+def _best_chain(candidates: list[_Chain], c: CompletionRecord) -> _Chain | None:
+    """The chain ``c`` continues, among ``candidates`` (the chains whose tip is a strict token
+    prefix of ``c``'s prompt; branches sampled from one prompt share a tip): prefer the chain
+    whose last sampled turn reappears token for token in ``c``'s prompt, then the one whose last
+    turn ``c``'s messages echo (the message-level key: it survives a re-rendering that drifts),
+    then the longest tip, then the most recent."""
     best, best_rank = None, None
     messages = c.normalized_request.get("messages") or []
-    for order, chain in enumerate(chains):
-        if len(chain.tip) >= len(key) or not key.startswith(chain.tip):
-            continue
+    for chain in candidates:
         prev = chain.records[-1]
-        last = prev.response_ids
-        tokens_echoed = c.prompt_ids[len(prev.prompt_ids):][: len(last)] == last
+        last, start = prev.response_ids, len(prev.prompt_ids)
+        tokens_echoed = c.prompt_ids[start:start + len(last)] == last
         before = prev.normalized_request.get("messages") or []
         message_echoed = len(messages) > len(before) and _same_turn(messages[len(before)], prev.response_message)
-        rank = (tokens_echoed, message_echoed, len(chain.tip), order)
+        rank = (tokens_echoed, message_echoed, start, chain.order)
         if best_rank is None or rank > best_rank:
             best, best_rank = chain, rank
     return best
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No cyclic GC while the traces are built: they allocate a tracked object or two per token
+    and keep them all, so each collection this triggers finds nothing to free yet walks every
+    object in the process, the session's id lists included (a 2.4 M-id session: 3 full passes,
+    half the build). Automatic collection resumes afterwards, as the caller had it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _same_turn(a: Any, b: Any) -> bool:

@@ -20,6 +20,14 @@ def test_merge_bench_session_merges_into_its_conversations():
     assert merge_bench.timed(records, repeat=1) > 0
 
 
+def test_merge_bench_times_a_git_revision_beside_this_tree():
+    records = merge_bench.session(conversations=3, turns=3, base=50, response=5, tool=4, shared=30)
+    here = merge_bench.builders.create("prefix_merging", {"end_of_turn_token_id": merge_bench.EOT})
+    # measure() checks both builders find the 3 conversations and agree on every chain.
+    times = merge_bench.measure(records, [here, merge_bench.builder_at("HEAD")], repeat=1, conversations=3)
+    assert len(times) == 2 and min(times) > 0
+
+
 def test_blob_bench_measures_both_shapes_and_formats():
     for make in (blob_bench.merged, blob_bench.per_request):
         m = blob_bench.measure(make(3000, messages=True), repeat=1)

@@ -5,6 +5,7 @@ reported exactly where the training context differs from the sampled one."""
 from __future__ import annotations
 
 import itertools
+import os
 import random
 
 import pytest
@@ -13,10 +14,13 @@ from hypothesis import strategies as st
 
 from pipeline import builders
 from pipeline.builders import BuildContext
+from pipeline.builders.prefix_merging import _same_turn
 from pipeline.schemas import CompletionRecord, Trace
 
 IM_START, EOT, NL, SYS, USER, ASSIST, TOOL = 1, 2, 3, 4, 5, 6, 7
 GEN = [IM_START, ASSIST, NL]
+# POLAR_HYPOTHESIS_SCALE=10 runs ten times the examples (a deeper local run; CI keeps the default).
+SCALE = max(1, int(os.environ.get("POLAR_HYPOTHESIS_SCALE", "1")))
 
 
 def turn_ids(role: int, content: list[int]) -> list[int]:
@@ -116,7 +120,7 @@ def check_invariants(traj, records):
     assert sorted(seen) == sorted(by_id)  # every completion in exactly one trace
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_invariants_and_chains(session):
     tagged, conversations = session
@@ -129,7 +133,7 @@ def test_invariants_and_chains(session):
         assert len(cids) == 1
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions())
 def test_strict_mode_never_trains_in_a_drifted_context(session):
     tagged, conversations = session
@@ -182,3 +186,108 @@ def test_bad_config_is_a_build_error():
         builders.create("prefix_merging", {"end_of_turn_token_id": "<|im_end|>"})
     with pytest.raises(builders.BuildError):
         builders.create("prefix_merging", {"tokenizer": "/no/such/dir"})
+
+
+class NarrowConversation(Conversation):
+    """Content from three ids: conversations share long runs by chance, so tips part anywhere."""
+
+    def _text(self, n: int | None = None) -> list[int]:
+        return [self.rng.randrange(200, 203) for _ in range(n or self.rng.randint(1, 6))]
+
+
+ACTIONS = {"sample": 10, "main": 1, "subagent": 1, "fork": 1, "compaction": 1, "rerender": 1, "prefill": 1,
+           "resample": 1}
+
+
+@st.composite
+def crowded_sessions(draw):
+    """Many conversations in one session, every event in time order: new main agents sharing a
+    system prompt, sub-agents, forks of a conversation at its current turn, compactions (same
+    rewritten start), re-rendered histories (a prompt leaving its own tip midway), prefills (a
+    tip extended without an end-of-turn token) and second samples from an already-sampled prompt;
+    with messages, or without (a harness whose requests carry none: no message-level echo)."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    kind = draw(st.sampled_from([Conversation, NarrowConversation]))
+    with_messages = draw(st.booleans())
+    convs: list[Conversation] = []
+    last: dict[int, CompletionRecord] = {}
+    records: list[CompletionRecord] = []
+
+    def emit(record: CompletionRecord) -> None:
+        if not with_messages:
+            record.normalized_request = {}
+        records.append(record)
+
+    def new_record(prompt: list[int], like: CompletionRecord) -> CompletionRecord:
+        n = len(records)
+        return like.model_copy(update={"completion_id": f"c{n}", "seq": n, "started_at": float(n),
+                                       "prompt_ids": prompt, "response_message": {"role": "assistant",
+                                                                                  "content": f"turn {n}"}})
+
+    for action in rng.choices(list(ACTIONS), weights=list(ACTIONS.values()), k=draw(st.integers(1, 120))):
+        if action in ("main", "subagent") or not convs:
+            system = [100 + rng.randrange(2)] * 8 if action != "subagent" else [500 + len(convs)]
+            convs.append(kind(rng, system=system))
+            continue
+        src = convs[rng.randrange(len(convs))]
+        if action == "fork":
+            convs.append(kind(rng, history=[list(s) for s in src.history], messages=list(src.messages)))
+        elif action == "compaction":
+            convs.append(kind(rng, history=[turn_ids(SYS, [100] * 8), turn_ids(USER, [150, 151])]))
+        elif action == "rerender":
+            history = [list(s) for s in src.history]
+            seg = history[rng.randrange(len(history))]
+            del seg[rng.randrange(len(seg))]
+            convs.append(kind(rng, history=history, messages=list(src.messages)))
+        elif action == "prefill" and src.cid in last:
+            tip = last[src.cid]
+            emit(new_record(tip.prompt_ids + [rng.randrange(200, 203)], tip))
+        elif action == "resample" and src.cid in last:
+            emit(new_record(list(last[src.cid].prompt_ids), last[src.cid]))
+        elif action == "sample":
+            record = src.sample(rng.random() < 0.2, rng.random() < 0.2, len(records), float(len(records)))
+            record.completion_id = f"c{len(records)}"
+            last[src.cid] = record
+            emit(record)
+    return records
+
+
+def reference_chains(records: list[CompletionRecord], eot: int, strict: bool) -> list[list[str]]:
+    """The chain search as a plain scan over every chain so far: what the index must reproduce."""
+    chains: list[list[CompletionRecord]] = []
+    for c in sorted(records, key=lambda r: (r.started_at, r.seq)):
+        best, best_rank = None, None
+        messages = c.normalized_request.get("messages") or []
+        for order, chain in enumerate(chains):
+            prev = chain[-1]
+            tip, tail = prev.prompt_ids, c.prompt_ids[len(prev.prompt_ids):]
+            if len(tip) >= len(c.prompt_ids) or c.prompt_ids[:len(tip)] != tip:
+                continue
+            before = prev.normalized_request.get("messages") or []
+            rank = (tail[:len(prev.response_ids)] == prev.response_ids,
+                    len(messages) > len(before) and _same_turn(messages[len(before)], prev.response_message),
+                    len(tip), order)
+            if best_rank is None or rank > best_rank:
+                best, best_rank = chain, rank
+        if best is not None and joins(best[-1], c, eot, strict):
+            best.append(c)
+        else:
+            chains.append([c])
+    return [[r.completion_id for r in chain] for chain in chains]
+
+
+def joins(prev: CompletionRecord, c: CompletionRecord, eot: int, strict: bool) -> bool:
+    tail = c.prompt_ids[len(prev.prompt_ids):]
+    if eot not in tail:
+        return False
+    closed = bool(prev.response_ids) and prev.response_ids[-1] == eot
+    shown = tail[: tail.index(eot) + (1 if closed else 0)]
+    return not strict or shown == prev.response_ids
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded_sessions(), st.booleans())
+def test_indexed_chain_search_picks_what_a_scan_of_every_chain_picks(records, strict):
+    traj = build(records, end_of_turn_token_id=EOT, strict=strict)
+    check_invariants(traj, records)
+    assert [t.metadata["completion_ids"] for t in traj.traces] == reference_chains(records, EOT, strict)
