@@ -1,8 +1,9 @@
 """The rollout API (Flask): submit, poll, cancel tasks; inspect the pipeline.
 
 Every route but ``/health`` and ``/openapi.json`` needs ``Authorization: Bearer <api token>``
-when ``POLAR_API_TOKEN`` is set (``polar up`` always sets one). Errors are JSON
-``{"error": {"type", "message", "fields"?}}``: a payload that fails validation or a limit is a
+when ``POLAR_API_TOKEN`` is set (``polar up`` always sets one); the trajectory viewer's page and
+login are open, and its GET data routes also take its login cookie (``pipeline/api/viewer``).
+Errors are JSON ``{"error": {"type", "message", "fields"?}}``: a payload that fails validation or a limit is a
 400 naming each offending field, and nothing is created for it; Redis being away is a 503 (the
 request can be retried), never a 500.
 """
@@ -12,12 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx
 import orjson
 import redis
 from flask import Flask, Response, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from pipeline.api import viewer
 from pipeline.api.errors import ApiError
 from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
@@ -40,7 +43,9 @@ log = logging.getLogger("polar.api")
 OPEN_PATHS = ("/health", "/openapi.json")
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTransport | None = None) -> Flask:
+    """``engine_transport`` replaces the HTTP client to the engine the viewer asks for token
+    text (tests: in-process)."""
     settings = settings or Settings.from_env()
     app = Flask("polar.api", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_submit_bytes
@@ -55,7 +60,9 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     @app.before_request
     def authenticate() -> None:
-        if token is None or request.path in OPEN_PATHS:
+        if token is None or request.path in OPEN_PATHS or viewer.is_open(request.method, request.path):
+            return
+        if viewer.cookie_grants(request, token):  # the viewer's login cookie: its GET data routes only
             return
         auth = request.headers.get("Authorization") or ""
         if not (auth[:7].lower() == "bearer " and same_secret(auth[7:].strip(), token)):
@@ -100,6 +107,7 @@ def create_app(settings: Settings | None = None) -> Flask:
                       "flagged": flagged})
 
     sources = SessionSources(stores, settings.results_path)
+    viewer.register(app, settings, stores, sources, token, engine_transport)
 
     @app.get("/rollout/session/<session_id>")
     def get_session(session_id: str) -> Response:
