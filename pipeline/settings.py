@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     max_instruction_bytes: int = Field(default=1024 * 1024, gt=0)
     max_task_instruction_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     max_json_depth: int = Field(default=64, gt=0)
+    # The trajectory viewer (/viewer on the API) asks the engine (the first upstream_url) for the
+    # text of tokens the records carry as ids only (POST /detokenize); off: it shows ids.
+    viewer_detokenize: bool = True
     # Modules (comma-separated) whose classes a task may name as plug-ins by import path
     # ("my_lab.graders:Grader"); nothing else can be imported from a payload.
     plugin_modules: str = ""

@@ -1,8 +1,9 @@
 """The rollout API (Flask): submit, poll, cancel tasks; inspect the pipeline.
 
 Every route but ``/health`` and ``/openapi.json`` needs ``Authorization: Bearer <api token>``
-when ``POLAR_API_TOKEN`` is set (``polar up`` always sets one). Errors are JSON
-``{"error": {"type", "message", "fields"?}}``: a payload that fails validation or a limit is a
+when ``POLAR_API_TOKEN`` is set (``polar up`` always sets one); the trajectory viewer's page and
+login are open, and its GET data routes also take its login cookie (``pipeline/api/viewer``).
+Errors are JSON ``{"error": {"type", "message", "fields"?}}``: a payload that fails validation or a limit is a
 400 naming each offending field, and nothing is created for it; Redis being away is a 503 (the
 request can be retried), never a 500.
 """
@@ -12,14 +13,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx
 import orjson
 import redis
 from flask import Flask, Response, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from pipeline import results_dir
+from pipeline.api import viewer
+from pipeline.api.errors import ApiError
 from pipeline.api.openapi import openapi_document
+from pipeline.api.sources import SessionSources
 from pipeline.callback_policy import refusal
 from pipeline.celery_app import make_app, stage_queues
 from pipeline.codec import nesting_depth_exceeds
@@ -39,13 +43,9 @@ log = logging.getLogger("polar.api")
 OPEN_PATHS = ("/health", "/openapi.json")
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, type_: str, message: str, fields: list[dict[str, Any]] | None = None):
-        super().__init__(message)
-        self.status, self.type, self.message, self.fields = status, type_, message, fields
-
-
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTransport | None = None) -> Flask:
+    """``engine_transport`` replaces the HTTP client to the engine the viewer asks for token
+    text (tests: in-process)."""
     settings = settings or Settings.from_env()
     app = Flask("polar.api", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_submit_bytes
@@ -60,7 +60,9 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     @app.before_request
     def authenticate() -> None:
-        if token is None or request.path in OPEN_PATHS:
+        if token is None or request.path in OPEN_PATHS or viewer.is_open(request.method, request.path):
+            return
+        if viewer.cookie_grants(request, token):  # the viewer's login cookie: its GET data routes only
             return
         auth = request.headers.get("Authorization") or ""
         if not (auth[:7].lower() == "bearer " and same_secret(auth[7:].strip(), token)):
@@ -97,40 +99,27 @@ def create_app(settings: Settings | None = None) -> Flask:
         return _json({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
                       "flagged": flagged})
 
+    sources = SessionSources(stores, settings.results_path)
+    viewer.register(app, settings, stores, sources, token, engine_transport)
+
     @app.get("/rollout/session/<session_id>")
     def get_session(session_id: str) -> Response:
         """The session's terminal result: from Redis while it keeps it, else its results file."""
-        result = stores.outputs.result(session_id)
-        if result is not None:
-            return _json(result.model_dump(mode="json"), headers={"X-Polar-Source": "redis"})
-        data = _session_file(session_id)
-        return _json(data["result"].model_dump(mode="json"), headers={"X-Polar-Source": "file"})
+        found = sources.result(session_id)
+        if found is None:
+            raise _no_result(session_id)
+        result, source = found
+        return _json(result.model_dump(mode="json"), headers={"X-Polar-Source": source})
 
     @app.get("/rollout/session/<session_id>/completions")
     def get_completions(session_id: str) -> Response:
         """The session's raw completion records (and failed calls): from Redis while it keeps
         them (an hour after publishing), else from its results file."""
-        if stores.records.kept(session_id):
-            completions, bad = stores.records.completions(session_id)
-            body = {"session_id": session_id, "completions": [c.model_dump(mode="json") for c in completions],
-                    "errors": [e.model_dump(mode="json") for e in stores.records.errors(session_id)],
-                    "unreadable_records": bad}
-            return _json(body, headers={"X-Polar-Source": "redis"})
-        data = _session_file(session_id, missing_ok=stores.outputs.has_result(session_id))
-        if not data:  # ended without a single model call, and its file is not written (yet)
-            return _json({"session_id": session_id, "completions": [], "errors": [], "unreadable_records": 0},
-                         headers={"X-Polar-Source": "redis"})
-        return _json({k: data[k] for k in ("session_id", "completions", "errors", "unreadable_records")},
-                     headers={"X-Polar-Source": "file"})
-
-    def _session_file(session_id: str, missing_ok: bool = False) -> dict[str, Any]:
-        path = results_dir.find(settings.results_path, session_id, stores.sessions.task_id(session_id))
-        if path is None:
-            if missing_ok:
-                return {}
-            raise ApiError(404, "not_found", f"no result for session {session_id!r} (not finished, or past "
-                                             "POLAR_RESULT_TTL_SECONDS and POLAR_RESULTS_KEEP_DAYS)")
-        return results_dir.read(path)
+        found = sources.completions(session_id)
+        if found is None:
+            raise _no_result(session_id)
+        body, source = found
+        return _json(body, headers={"X-Polar-Source": source})
 
     @app.get("/rollout/results/dead-letters")
     def dead_letters() -> Response:
@@ -197,6 +186,11 @@ def create_app(settings: Settings | None = None) -> Flask:
         return api_error(ApiError(500, "internal_error", f"internal error: {type(exc).__name__}"))
 
     return app
+
+
+def _no_result(session_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no result for session {session_id!r} (not finished, or past "
+                                      "POLAR_RESULT_TTL_SECONDS and POLAR_RESULTS_KEEP_DAYS)")
 
 
 def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:

@@ -76,6 +76,27 @@ def openapi_document() -> dict[str, Any]:
             "/metrics": {"get": {"operationId": "metrics",
                                  "responses": {"200": {"description": "Prometheus text: stage queues, in flight, "
                                                                      "READY, tasks, results stream"}, **_COMMON}}},
+            # The trajectory viewer's JSON (pipeline/api/viewer): the bearer header, or the login cookie.
+            "/viewer/session": {
+                "post": {"operationId": "viewer_login", "security": [], "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": {"type": "object", "required": ["token"],
+                                                    "properties": {"token": {"type": "string", "minLength": 1}}}}}},
+                         "responses": {"200": {"description": "logged in: an HttpOnly cookie for the viewer's reads"},
+                                       "400": _error("not {\"token\": \"...\"}"), "401": _error("wrong token")}},
+                "delete": {"operationId": "viewer_logout", "security": [],
+                           "responses": {"200": {"description": "the cookie is cleared"}}}},
+            "/viewer/api/tasks": {"get": {"operationId": "viewer_tasks", "parameters": [{
+                "name": "limit", "in": "query", "required": False, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "recent tasks"}, **_COMMON}}},
+            "/viewer/api/task/{task_id}": {"get": {
+                "operationId": "viewer_task", "parameters": [_TASK_ID],
+                "responses": {"200": {"description": "a task and its sessions"}, "404": _error("unknown task"),
+                              **_COMMON}}},
+            "/viewer/api/session/{session_id}": {"get": {
+                "operationId": "viewer_session", "parameters": [_SESSION_ID],
+                "responses": {"200": {"description": "a session's view model: traces token by token, turns, "
+                                                    "interstitials, tool-call spans, drift, a timeline"},
+                              "404": _error("unknown session"), **_COMMON}}},
             "/health": {"get": {"operationId": "health", "security": [],
                                 "responses": {"200": {"description": "ok"}, "503": {"description": "Redis down"}}}},
         },

@@ -33,7 +33,8 @@ def stack(tmp_path_factory, model_dir, engine):
     config = StackConfig(
         settings=settings, model_dir=model_dir, concurrency={Stage.RUN: RUN_SLOTS},
         policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
-                  "sleepy-policy": str(FIXTURES / "sleepy_policy.json")},
+                  "sleepy-policy": str(FIXTURES / "sleepy_policy.json"),
+                  "viewer-policy": str(FIXTURES / "viewer_policy.json")},
         flower_port=free_port(),
     )
     with Stack(config) as running:
