@@ -2,10 +2,11 @@
 # What the container and sandbox runtimes need on a Debian worker host, for `.ci/run` and for
 # developers who want the docker/bwrap tests to run instead of being skipped (needs root):
 # podman + runc (the Docker-compatible API the tests drive), bubblewrap (the bwrap backend),
-# debootstrap (builds the test image without a registry). podman is set to use runc and no
+# debootstrap (builds the test image without a registry), the dnsname CNI plugin (containers of a
+# compose network find each other by name: infra/compose/smoke.sh). podman is set to use runc and no
 # default ulimits (crun, and ulimits, fail on the cgroups of these machines). Idempotent.
 set -euo pipefail
-want=(podman runc bubblewrap debootstrap)
+want=(podman runc bubblewrap debootstrap golang-github-containernetworking-plugin-dnsname)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
