@@ -22,7 +22,7 @@ import kubernetes_validate
 import yaml
 
 from infra.cli.main import cli
-from pipeline.settings import setting_variables
+from pipeline.settings import NOT_SETTINGS, setting_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "infra" / "compose"
@@ -146,8 +146,11 @@ _POLAR_NAME = re.compile(r"\bPOLAR_[A-Z0-9_]*[A-Z0-9]\b")
 
 
 def unknown_polar_names(text: str) -> set[str]:
-    """POLAR_* names in a recipe that are not settings (every service refuses those)."""
-    return set(_POLAR_NAME.findall(text)) - setting_variables()
+    """POLAR_* names in a recipe that are not settings (every service refuses those). The names a
+    runtime gives an agent (POLAR_SESSION_DIR in a task's command) are not settings either, and
+    the settings module knows them as such; a service environment gets the strict check
+    (compose_problems, k8s_problems)."""
+    return set(_POLAR_NAME.findall(text)) - setting_variables() - NOT_SETTINGS
 
 
 _REDIS_PASSWORD_IN_URL = re.compile(r"rediss?://[^\s@/]*:(?![<$])[^\s@/<$]+@")
