@@ -34,7 +34,8 @@ def cli() -> None:
 @click.option("--loglevel", default="INFO")
 @click.option("--soft-shutdown-timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="On SIGTERM, stop taking messages and let running stages finish for this long, then "
-                   "re-queue the rest (a deploy's drain; RUN: the longest session budget).")
+                   "shut down cold (prefork: re-queued; a thread pool waits for them anyway). "
+                   "A deploy's drain; give its grace period more.")
 def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str, loglevel: str,
            soft_shutdown_timeout: float) -> None:
     """Run the Celery worker of one stage queue (e.g. `polar worker --stage run -c 8`)."""
@@ -44,7 +45,7 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
     st = Stage(stage)
     settings = Settings.from_env()
     settings.require_redis()
-    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> bounded soft shutdown + requeue
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> soft shutdown, then cold (see the option)
     argv = ["worker", "-Q", st.queue, "-n", f"{st.value}@{hostname}",
             "-P", pool or STAGE_POOLS[st], "-c", str(concurrency or STAGE_CONCURRENCY[st]),
             "-I", STAGE_TASKS_MODULE, *(["-E"] if settings.task_events else []),
