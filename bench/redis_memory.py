@@ -1,12 +1,14 @@
 """Redis memory after N finished sessions (default 10,000), and what is left once raw records
 have expired.
 
-    .venv/bin/python bench/redis_memory.py [--sessions 10000] [--calls 3]
+    .venv/bin/python bench/redis_memory.py [--sessions 10000] [--calls 3] [--turn-bytes 0]
 
 Every session goes through all five stage bodies in this process (the ``memory`` runtime; an
 agent that makes ``--calls`` model calls through the proxy app in-process against the instant
-fake engine, each with a 2-message, ~150-byte request), so the keys are exactly what a real
-run leaves. Reports bytes per finished session with the results kept (24 h by default) and
+fake engine, each with a 2-message, ~150-byte request; ``--turn-bytes N`` makes it a growing
+conversation instead: every call after the first adds the answer and an N-byte tool result, as an
+agent's context grows), so the keys are exactly what a real run leaves. The fake engine counts a
+prompt token per 4 bytes of request. Reports bytes per finished session with the results kept (24 h by default) and
 after the raw records' retention (1 h after publishing), plus any key without an expiry.
 """
 
@@ -36,6 +38,7 @@ from workers.runtimes.memory import BACKEND, MemoryRuntime  # noqa: E402
 from workers.stages.bodies import BODIES  # noqa: E402
 from workers.stages.common import make_deps, run_stage  # noqa: E402
 
+TOOL_LINE = "-rw-r--r-- 1 agent agent  4096 src/module.py\n"
 MSG = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
 
 
@@ -44,6 +47,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--per-task", type=int, default=100)
+    ap.add_argument("--turn-bytes", type=int, default=0, help="tool-result bytes each turn adds (0: fixed request)")
     args = ap.parse_args()
     with EmbeddedRedis() as server:
         settings = Settings(home=tempfile.mkdtemp(), redis_url=server.url, upstream_url="http://engine.test",
@@ -54,8 +58,12 @@ def main() -> None:
         def agent(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
             sdk = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0,
                                 http_client=httpx2.Client(transport=httpx2.WSGITransport(app=proxy)))
+            messages = list(MSG)
             for _ in range(args.calls):
-                sdk.chat.completions.create(model="fake", messages=MSG)
+                sdk.chat.completions.create(model="fake", messages=messages)
+                if args.turn_bytes:
+                    tool_result = (TOOL_LINE * (args.turn_bytes // len(TOOL_LINE) + 1))[:args.turn_bytes]
+                    messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": tool_result}]
             return ExecResult(0)
 
         MemoryRuntime.commands["agent"] = agent
@@ -82,7 +90,9 @@ def main() -> None:
             for k in r.scan_iter(match=pattern, count=1000):
                 r.delete(k)
         after_records = int(r.info("memory")["used_memory"]) - base
-    print(f"{args.sessions} finished sessions, {args.calls} model calls each (2-message chat requests):")
+    shape = (f"a conversation growing by {args.turn_bytes} bytes a turn" if args.turn_bytes
+             else "2-message chat requests")
+    print(f"{args.sessions} finished sessions, {args.calls} model calls each ({shape}):")
     print(f"  with results and raw records kept: {kept / 1e6:.1f} MB ({kept / args.sessions / 1024:.1f} KiB/session)")
     print(f"  after the raw records expire:      {after_records / 1e6:.1f} MB "
           f"({after_records / args.sessions / 1024:.1f} KiB/session; results go at POLAR_RESULT_TTL_SECONDS)")

@@ -32,7 +32,12 @@ def cli() -> None:
 @click.option("--pool", default=None, help="Override the stage's pool (threads, prefork, ...).")
 @click.option("--hostname", default="%h", help="Worker name suffix (name is <stage>@<hostname>).")
 @click.option("--loglevel", default="INFO")
-def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str, loglevel: str) -> None:
+@click.option("--soft-shutdown-timeout", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="On SIGTERM, stop taking messages and let running stages finish for this long, then "
+                   "shut down cold (prefork: re-queued; a thread pool waits for them anyway). "
+                   "A deploy's drain; give its grace period more.")
+def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str, loglevel: str,
+           soft_shutdown_timeout: float) -> None:
     """Run the Celery worker of one stage queue (e.g. `polar worker --stage run -c 8`)."""
     from infra.stack import STAGE_CONCURRENCY, STAGE_POOLS
     from pipeline.celery_app import STAGE_TASKS_MODULE, make_app
@@ -40,13 +45,13 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
     st = Stage(stage)
     settings = Settings.from_env()
     settings.require_redis()
-    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> bounded soft shutdown + requeue
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> soft shutdown, then cold (see the option)
     argv = ["worker", "-Q", st.queue, "-n", f"{st.value}@{hostname}",
             "-P", pool or STAGE_POOLS[st], "-c", str(concurrency or STAGE_CONCURRENCY[st]),
             "-I", STAGE_TASKS_MODULE, *(["-E"] if settings.task_events else []),
             "--without-gossip", "--without-mingle", "--loglevel", loglevel]
     app = make_app(settings)
-    app.conf.worker_soft_shutdown_timeout = 10.0
+    app.conf.worker_soft_shutdown_timeout = soft_shutdown_timeout
     app.worker_main(argv)
 
 

@@ -3,10 +3,11 @@
 # developers who want the docker/bwrap tests to run instead of being skipped (needs root):
 # podman + runc (the Docker-compatible API the tests drive), bubblewrap (the bwrap backend),
 # debootstrap (builds the test image without a registry), chromium and a font (the trajectory
-# viewer's headless browser test, tests/e2e/test_viewer.py). podman is set to use runc and no
-# default ulimits (crun, and ulimits, fail on the cgroups of these machines). Idempotent.
+# viewer's headless browser test, tests/e2e/test_viewer.py), the dnsname CNI plugin (containers of
+# a compose network find each other by name: infra/compose/smoke.sh). podman is set to use runc and
+# no default ulimits (crun, and ulimits, fail on the cgroups of these machines). Idempotent.
 set -euo pipefail
-want=(podman runc bubblewrap debootstrap chromium fonts-dejavu-core)
+want=(podman runc bubblewrap debootstrap chromium fonts-dejavu-core golang-github-containernetworking-plugin-dnsname)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -34,7 +34,8 @@ def stack(tmp_path_factory, model_dir, engine):
         settings=settings, model_dir=model_dir, concurrency={Stage.RUN: RUN_SLOTS},
         policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
                   "sleepy-policy": str(FIXTURES / "sleepy_policy.json"),
-                  "viewer-policy": str(FIXTURES / "viewer_policy.json")},
+                  "viewer-policy": str(FIXTURES / "viewer_policy.json"),
+                  "drain-policy": str(FIXTURES / "drain_policy.json")},
         flower_port=free_port(),
     )
     with Stack(config) as running:
@@ -53,10 +54,10 @@ def demo_task():
     return copy.deepcopy(task)
 
 
-def sleepy_task(timeout_seconds: float, samples: int = 1) -> dict:
+def sleepy_task(timeout_seconds: float, samples: int = 1, policy: str = "sleepy-policy") -> dict:
     task = load_task_file(EXAMPLES / "demo_task.json")
     task.update(task_id=f"sleepy-{uuid.uuid4().hex[:8]}", num_samples=samples, timeout_seconds=timeout_seconds)
-    task["agent"]["model_name"] = "sleepy-policy"
+    task["agent"]["model_name"] = policy
     task["evaluator"] = {"strategy": "session_completed"}
     return task
 

@@ -1,0 +1,55 @@
+"""A RUN worker stopped the way an orchestrator stops it (SIGTERM: a scale-down, a rollout)
+stops taking sessions and lets the agents it runs finish within its soft shutdown timeout
+(`polar worker --soft-shutdown-timeout`, 10 s here). Past it the thread pool still waits for the
+agent (Celery cannot cancel a thread); the orchestrator's SIGKILL at the end of its grace period
+ends it, and the session ends as ERROR, its agent never run twice. So the grace period is what
+bounds a drain; docs/sizing.md sizes it."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import redis
+
+from pipeline.status import SessionStatus, Stage, TaskState
+from pipeline.stores.queues import queue_depths
+from tests.e2e.conftest import sleepy_task, wait_for
+
+
+def _stop_run_worker_when_started(client, stack, task_id: str) -> int:
+    sid = client.status(task_id).sessions[0].session_id
+    workspace = stack.settings.runtime_root / sid / "workspace"
+    wait_for(lambda: (workspace / "started.txt").exists(), timeout=60)
+    pid = stack.pid("worker-run")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)  # the worker's main process, as a container runtime signals PID 1
+    return pid
+
+
+def test_a_stopped_run_worker_lets_its_running_agent_finish(client, stack):
+    task_id = client.submit(sleepy_task(timeout_seconds=120, policy="drain-policy"))  # the agent sleeps 4 s
+    stopped = _stop_run_worker_when_started(client, stack, task_id)
+    status = client.wait(task_id, timeout=90, poll_seconds=0.5)
+    [result] = status.results
+    assert status.status == TaskState.COMPLETED
+    assert result.status == SessionStatus.COMPLETED, result.error
+    wait_for(lambda: stack.pid("worker-run") not in (None, stopped), timeout=60)  # the supervisor restarts it
+
+
+def test_an_agent_outliving_the_drain_runs_on_until_the_worker_is_killed(client, stack):
+    task_id = client.submit(sleepy_task(timeout_seconds=300))  # the agent sleeps 120 s: beyond the 10 s drain
+    stopped = _stop_run_worker_when_started(client, stack, task_id)
+    log = stack.children["worker-run"].log_path
+    # Past the soft shutdown, Celery's cold shutdown cannot cancel a thread-pool task (celery 5.7:
+    # the thread pool does not implement kill_job): the worker waits for it instead of giving it up.
+    wait_for(lambda: "does not implement kill_job" in log.read_text(errors="replace"), timeout=60)
+    r = redis.Redis.from_url(stack.settings.redis_url)
+    assert stack.pid("worker-run") == stopped
+    assert queue_depths(r, [Stage.RUN.queue])[Stage.RUN.queue] == 0  # not re-queued: nobody else starts it
+    assert client.status(task_id).counts == {"RUNNING": 1}
+    stack.kill("worker-run")  # the orchestrator's SIGKILL at the end of the grace period
+    status = client.wait(task_id, timeout=90, poll_seconds=0.5)
+    [result] = status.results
+    assert result.status == SessionStatus.ERROR and "run worker lost" in (result.error or "")
+    wait_for(lambda: stack.pid("worker-run") not in (None, stopped), timeout=60)
