@@ -45,6 +45,15 @@ from pipeline.settings import Settings  # noqa: E402
 CLK = os.sysconf("SC_CLK_TCK")
 
 
+def bench_home() -> Path:
+    """A fresh POLAR_HOME beside where a real one lives (~/.cache), not in /tmp: on the machines
+    these figures come from, a file created under /tmp costs 10-20x one created elsewhere (~400
+    vs ~20 us), and every session makes a few dozen (its folder, logs, artifacts)."""
+    base = Path.home() / ".cache" / "polar-bench"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="home-", dir=base))
+
+
 def task(i: int, samples: int, tag: str) -> dict[str, Any]:
     return {"task_id": f"orch-{tag}-{i}", "instruction": "noop", "num_samples": samples, "timeout_seconds": 600,
             "runtime": {"backend": "local"}, "agent": {"custom_shell": {"command": "true"}},
@@ -147,7 +156,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="sample every worker with py-spy")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="polar-orch-"))
+    home = bench_home()
     settings = Settings(home=home, ready_capacity=16, task_events=args.events)
     config = StackConfig(settings=settings, upstream="fake", components=("api", "workers"), supervise=False)
     with Stack(config) as stack:

@@ -308,6 +308,14 @@ class SessionSpec(_Spec):
     evaluator: EvaluatorSpec
     metadata: dict[str, Any] = Field(default_factory=dict)
     dispatch_priority: int = 0
+    # What CALLBACK needs of the task, carried by each session so it need not read the task back.
+    # (Sessions stored before these existed lack them: ``task_options_known`` is then False.)
+    callback_url: str | None = None
+    early_stop_min_usable_sessions: int | None = None
+
+    @property
+    def task_options_known(self) -> bool:
+        return "callback_url" in self.model_fields_set
 
     @classmethod
     def expand(cls, task: TaskRequest) -> list["SessionSpec"]:
@@ -324,6 +332,8 @@ class SessionSpec(_Spec):
                 evaluator=task.evaluator,
                 metadata=dict(task.metadata),
                 dispatch_priority=task.dispatch_priority,
+                callback_url=task.callback_url,
+                early_stop_min_usable_sessions=task.early_stop_min_usable_sessions,
             )
             for i in range(task.num_samples)
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import redis
 from redis.commands.core import Script
@@ -31,24 +32,61 @@ def bind(r: redis.Redis, script: Lua) -> Script:
     return r.register_script(script.source)
 
 
+def queue(pipe: Any, script: Lua, keys: list[str], args: list[Any]) -> None:
+    """Add ``script`` to a pipeline as a bare EVALSHA. (redis-py's ``Script`` would first ask
+    whether it is loaded -- a round trip -- and EVAL would send its source every time.) Run the
+    pipeline with ``execute``, which loads the scripts and runs it again after a Redis restart."""
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def execute(r: redis.Redis, build: Callable[[Any], None], *, transaction: bool) -> list[Any]:
+    """Build a pipeline with ``build`` and run it; when Redis has forgotten a script (NOSCRIPT:
+    restarted since), load every script and run the whole pipeline once more -- so whatever is
+    built here must be safe to apply twice (ours are: plain writes, and scripts that recognise
+    their own retry)."""
+    for attempt in (1, 2):
+        pipe = r.pipeline(transaction=transaction)
+        build(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        errors = [x for x in replies if isinstance(x, redis.ResponseError)]
+        if not errors:
+            return replies
+        if attempt == 1 and any(isinstance(x, redis.exceptions.NoScriptError) or str(x).startswith("NOSCRIPT")
+                                for x in errors):
+            for script in ALL.values():
+                r.script_load(script.source)
+            continue
+        raise errors[0]
+    raise AssertionError("unreachable")
+
+
 # --- sessions --------------------------------------------------------------------------------
 
-# KEYS[1] session hash. ARGV: target status, comma-separated allowed current statuses, a token
-# naming this write, then field/value pairs written with the status. Returns {1, previous},
-# {2, target} when this same write (same token) was already applied -- a client retrying after
-# its connection dropped before the reply -- or {0, current-or-''} when refused.
-SESSION_TRANSITION = Lua("session_transition", """
-local cur = redis.call('HGET', KEYS[1], 'status')
-if not cur then return {0, ''} end
-if cur == ARGV[1] and redis.call('HGET', KEYS[1], 'transition_token') == ARGV[3] then return {2, cur} end
-local ok = false
-for s in string.gmatch(ARGV[2], '[^,]+') do
-  if s == cur then ok = true end
+# The session state machine's one write, shared by the scripts that move a session: move the hash
+# ``key`` to ``target`` if its status is one of ``allowed`` (comma-separated), writing the
+# field/value pairs ARGV[first..] with it. Returns {1, previous}; {2, target} when this same write
+# (same token) was already applied -- a client retrying after its connection dropped before the
+# reply; {0, current-or-''} when refused (nothing written).
+_TRANSITION = """
+local function transition(key, target, allowed, token, first)
+  local cur = redis.call('HGET', key, 'status')
+  if not cur then return {0, ''} end
+  if cur == target and redis.call('HGET', key, 'transition_token') == token then return {2, cur} end
+  local ok = false
+  for s in string.gmatch(allowed, '[^,]+') do
+    if s == cur then ok = true end
+  end
+  if not ok then return {0, cur} end
+  redis.call('HSET', key, 'status', target, 'transition_token', token)
+  for i = first, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+  return {1, cur}
 end
-if not ok then return {0, cur} end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'transition_token', ARGV[3])
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return {1, cur}
+"""
+
+# KEYS[1] session hash. ARGV: target status, comma-separated allowed current statuses, a token
+# naming this write, then field/value pairs written with the status. Returns as ``transition``.
+SESSION_TRANSITION = Lua("session_transition", _TRANSITION + """
+return transition(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 4)
 """)
 
 # KEYS[1] session hash, KEYS[2] the session's in-flight calls (zset). ARGV[1] the SHA-256 of the
@@ -124,10 +162,11 @@ return out
 # --- a stage's two ends (the redelivery guard, workers/stages/common.py) ----------------------
 
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash.
-# ARGV: member, token, ttl (ms), the stage's started field. The stage's message has arrived:
-# it is no longer sent-and-waiting; takes the lease (as LEASE_ACQUIRE), then reads the session and
-# marks the stage started. Returns {0} when another live worker holds the lease, else {1, the
-# session hash as it was before the mark} (an empty list: no such session, nothing written).
+# ARGV: member, token, ttl (ms), the stage's started field, then field/value pairs written with
+# the mark unless already there (a start stamp: a redelivered copy keeps the first). The stage's message has arrived: it is no longer sent-and-waiting;
+# takes the lease (as LEASE_ACQUIRE), then reads the session and marks the stage started. Returns
+# {0} when another live worker holds the lease, else {1, the session hash as it was before the
+# mark} (an empty list: no such session, nothing written).
 STAGE_BEGIN = Lua("stage_begin", """
 redis.call('ZREM', KEYS[3], ARGV[1])
 local now = redis.call('TIME')
@@ -137,16 +176,35 @@ if exp and tonumber(exp) > t and redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2]
 redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local fields = redis.call('HGETALL', KEYS[4])
-if #fields > 0 then redis.call('HSET', KEYS[4], ARGV[4], '1') end
+if #fields > 0 then
+  redis.call('HSET', KEYS[4], ARGV[4], '1')
+  for i = 5, #ARGV, 2 do redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 1]) end
+end
 return {1, fields}
 """)
 
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash,
-# KEYS[5] the next stage's queue list. ARGV: lease member, token, done field ('' for none), its
-# value, the next stage's member ('' for none), now, its message. The stage ends in one step:
-# marked done (only on a session that still exists), the next stage's message recorded as sent
-# and pushed to its queue, the lease released if this token still holds it.
-STAGE_FINISH = Lua("stage_finish", """
+# KEYS[5] the next stage's queue list. ARGV: [1] lease member, [2] token, [3] done field ('' for
+# none), [4] its value, [5] the next stage's member ('' for none), [6] now, [7] its message,
+# [8] a status to move the session to ('' for none), [9] the statuses it may move from, [10] the
+# move's token, [11] an outcome to record if none is yet ('' for none), [12] its error, then
+# field/value pairs written with the move (or on their own, when there is no move). The stage ends in one step: the session moved (if
+# asked; when refused, nothing at all is written and {0, current status} comes back), the outcome
+# recorded (the first one wins), the stage marked done (only on a session that still exists),
+# the next stage's message recorded as sent and pushed onto its queue, the lease released if this
+# token still holds it. Returns {1, previous status or ''}.
+STAGE_FINISH = Lua("stage_finish", _TRANSITION + """
+local moved = {1, ''}
+if ARGV[8] ~= '' then
+  moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 13)
+  if moved[1] == 0 then return moved end
+elseif #ARGV > 12 and redis.call('EXISTS', KEYS[4]) == 1 then
+  for i = 13, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+end
+if ARGV[11] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('HSETNX', KEYS[4], 'outcome', ARGV[11]) == 1
+   and ARGV[12] ~= '' then
+  redis.call('HSET', KEYS[4], 'error', ARGV[12])
+end
 if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], ARGV[3], ARGV[4]) end
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
@@ -156,7 +214,7 @@ if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
 end
-return 1
+return {1, moved[2]}
 """)
 
 # KEYS[1] sent zset, KEYS[2] the stage's queue list. ARGV: member, now, message. Sends a stage
@@ -198,6 +256,29 @@ end
 return 0
 """)
 
+# KEYS[1] slots zset, KEYS[2] session hash, KEYS[3] task hash. ARGV: session id, capacity, slot
+# ttl, the task's waiting and running states, then the move's target, allowed statuses, token and
+# field/value pairs (``transition``). INIT starts: a READY slot (as READY_RESERVE), the session's
+# move to INITIALIZING, the task's PENDING -> RUNNING, in one step. {0} when the buffer is full
+# (nothing written); {1, {0, status}} when the move is refused (the slot given back); else
+# {1, the move's result}.
+INIT_ADMIT = Lua("init_admit", _TRANSITION + """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return {0}
+end
+local moved = transition(KEYS[2], ARGV[6], ARGV[7], ARGV[8], 9)
+if moved[1] == 0 then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return {1, moved}
+end
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+if redis.call('HGET', KEYS[3], 'state') == ARGV[4] then redis.call('HSET', KEYS[3], 'state', ARGV[5]) end
+return {1, moved}
+""")
+
 # KEYS[1] slots zset, KEYS[2] READY list. ARGV: session id, ttl.
 READY_PUSH = Lua("ready_push", """
 local now = redis.call('TIME')
@@ -214,6 +295,25 @@ if n > 0 then redis.call('ZREM', KEYS[1], ARGV[1]) end
 return n
 """)
 
+# KEYS[1] slots zset, KEYS[2] READY list, KEYS[3] session hash. ARGV: session id, then the
+# move's target, allowed statuses, token and field/value pairs (``transition``). RUN takes its
+# session out of READY and moves it to RUNNING in one step: {0} when it was not in READY (a
+# canceller or another worker has it); {1, {0, status}} when the move is refused (nothing taken);
+# else {1, the move's result} -- {1, {2, ...}} for a retry of this very claim.
+READY_CLAIM_START = Lua("ready_claim_start", _TRANSITION + """
+if not redis.call('LPOS', KEYS[2], ARGV[1]) then
+  if redis.call('HGET', KEYS[3], 'status') == ARGV[2] and redis.call('HGET', KEYS[3], 'transition_token') == ARGV[4] then
+    return {1, {2, ARGV[2]}}
+  end
+  return {0}
+end
+local moved = transition(KEYS[3], ARGV[2], ARGV[3], ARGV[4], 5)
+if moved[1] == 0 then return {1, moved} end
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+return {1, moved}
+""")
+
 # --- callback outbox --------------------------------------------------------------------------
 
 # KEYS[1] outbox hash, KEYS[2] delivery lease, KEYS[3] due zset. ARGV: task id, lease ms, now.
@@ -228,6 +328,25 @@ local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'state', 'delivering')
 redis.call('ZADD', KEYS[3], tonumber(ARGV[3]) + tonumber(ARGV[2]) / 1000, ARGV[1])
 return {'go', n}
+""")
+
+# --- the results stream -----------------------------------------------------------------------
+
+# KEYS[1] the session's published marker, KEYS[2] the stream. ARGV: marker ttl, the pending-claim
+# prefix, then the entry's field/value pairs. Publishes a terminal session once: returns {entry
+# id, stream length} when it appended, {the existing id, -1} when the session is already out,
+# {'', -1} while a publisher of an older version holds its claim on it.
+RESULTS_PUBLISH_ONCE = Lua("results_publish_once", """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, #ARGV[2]) == ARGV[2] then return {'', -1} end
+  return {cur, -1}
+end
+local entry = {}
+for i = 3, #ARGV do entry[#entry + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
+redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
+return {id, redis.call('XLEN', KEYS[2])}
 """)
 
 # --- tasks -----------------------------------------------------------------------------------
@@ -252,3 +371,6 @@ redis.call('HSET', KEYS[1], 'state', f)
 redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[4])
 return f
 """)
+
+
+ALL = {value.name: value for value in list(globals().values()) if isinstance(value, Lua)}

@@ -20,15 +20,17 @@ class OutputStore:
         self.ttl = ttl_seconds
         self.layout = layout
 
-    def save_trajectory(self, session_id: str, trajectory: Trajectory) -> None:
-        self._r.set(keys.session_trajectory(session_id), encode_trajectory(trajectory, self.layout), ex=self.ttl)
+    def save_trajectory(self, session_id: str, trajectory: Trajectory, pipe: Any = None) -> None:
+        """(``pipe``: queued on the caller's pipeline, e.g. a stage's end, instead of sent now.)"""
+        (pipe if pipe is not None else self._r).set(keys.session_trajectory(session_id),
+                                                     encode_trajectory(trajectory, self.layout), ex=self.ttl)
 
     def trajectory(self, session_id: str) -> Trajectory | None:
-        raw = self._r.get(keys.session_trajectory(session_id))
-        return decode_trajectory(blob(raw)) if raw else None
+        return self.parse_trajectory(self._r.get(keys.session_trajectory(session_id)))
 
-    def save_result(self, session_id: str, result: SessionResult) -> None:
-        self._r.set(keys.session_result(session_id), encode_result(result, self.layout), ex=self.ttl)
+    def save_result(self, session_id: str, result: SessionResult, pipe: Any = None) -> None:
+        (pipe if pipe is not None else self._r).set(keys.session_result(session_id),
+                                                     encode_result(result, self.layout), ex=self.ttl)
 
     def result(self, session_id: str) -> SessionResult | None:
         return self.parse_result(self._r.get(keys.session_result(session_id)))
@@ -49,5 +51,13 @@ class OutputStore:
         """The result's summary, its token counts read from the arrays: no trace is built."""
         return summary_from_blob(blob(raw)) if raw is not None else None
 
-    def expire_trajectory(self, session_id: str, ttl_seconds: int) -> None:
-        self._r.expire(keys.session_trajectory(session_id), ttl_seconds)
+    def expire_trajectory(self, session_id: str, ttl_seconds: int, pipe: Any = None) -> None:
+        (pipe if pipe is not None else self._r).expire(keys.session_trajectory(session_id), ttl_seconds)
+
+    def queue_trajectory(self, pipe: Any, session_id: str) -> None:
+        """Add to ``pipe`` the read ``parse_trajectory`` decodes."""
+        pipe.get(keys.session_trajectory(session_id))
+
+    @staticmethod
+    def parse_trajectory(raw: bytes | str | None) -> Trajectory | None:
+        return decode_trajectory(blob(raw)) if raw else None

@@ -9,10 +9,14 @@ never both take the same runtime.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 
 from pipeline import keys
+from pipeline.status import SessionStatus, TaskState
 from pipeline.stores import lua
+from pipeline.stores.sessions import SessionStore
 
 
 class ReadyBuffer:
@@ -22,18 +26,52 @@ class ReadyBuffer:
         self._reserve = lua.bind(r, lua.READY_RESERVE)
         self._push = lua.bind(r, lua.READY_PUSH)
         self._claim = lua.bind(r, lua.READY_CLAIM)
+        self._claim_start = lua.bind(r, lua.READY_CLAIM_START)
+        self._admit = lua.bind(r, lua.INIT_ADMIT)
 
     def reserve(self, session_id: str, ttl_seconds: float) -> bool:
         """Take a slot for a session about to initialise; False when the buffer is full."""
         return bool(self._reserve(keys=[keys.READY_SLOTS], args=[session_id, self.capacity, ttl_seconds]))
 
-    def push(self, session_id: str, ttl_seconds: float) -> None:
-        """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN."""
-        self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
+    def admit(self, session_id: str, task_key: str, ttl_seconds: float, **fields: Any) -> bool:
+        """INIT's start in one step: a slot (False, nothing written, when the buffer is full),
+        the session's move REGISTERED -> INITIALIZING with ``fields``, its task's PENDING ->
+        RUNNING. A refused move raises ``TransitionRefused`` and gives the slot back."""
+        target = SessionStatus.INITIALIZING
+        reply = self._admit(keys=[keys.READY_SLOTS, keys.session(session_id), task_key],
+                            args=[session_id, self.capacity, ttl_seconds, TaskState.PENDING.value,
+                                  TaskState.RUNNING.value,
+                                  *SessionStore.transition_args(target, [SessionStatus.REGISTERED], fields)])
+        if not reply[0]:
+            return False
+        ok, previous = reply[1]
+        SessionStore.transition_result(session_id, target, ok, previous)
+        return True
+
+    def push(self, session_id: str, ttl_seconds: float, pipe: Any = None) -> None:
+        """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN.
+        (``pipe``: queued on the caller's MULTI, e.g. INIT's end.)"""
+        if pipe is None:
+            self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
+        else:
+            lua.queue(pipe, lua.READY_PUSH, [keys.READY_SLOTS, keys.READY_LIST], [session_id, ttl_seconds])
 
     def claim(self, session_id: str) -> bool:
         """Take the session out of READY; exactly one caller ever gets True."""
         return bool(self._claim(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id]))
+
+    def claim_to_run(self, session_id: str, **fields: Any) -> bool:
+        """``claim`` and, in the same step, move the session READY -> RUNNING with ``fields``
+        (RUN's start); False when it was not in READY. A refused move (the session's status is no
+        longer READY) raises ``TransitionRefused`` and takes nothing."""
+        target = SessionStatus.RUNNING
+        reply = self._claim_start(keys=[keys.READY_SLOTS, keys.READY_LIST, keys.session(session_id)],
+                                  args=[session_id, *SessionStore.transition_args(target, [SessionStatus.READY], fields)])
+        if not reply[0]:
+            return False
+        ok, previous = reply[1]
+        SessionStore.transition_result(session_id, target, ok, previous)
+        return True
 
     def release(self, session_id: str) -> None:
         """Give the slot back without running (INIT failed or the session was cancelled)."""

@@ -3,6 +3,7 @@ and the records of its failed model calls (kept apart: a failure is never a comp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -10,6 +11,13 @@ import redis
 from pipeline import keys
 from pipeline.codec import blob, unpack
 from pipeline.schemas import CompletionRecord, UpstreamErrorRecord
+
+
+@dataclass
+class SessionRecords:
+    completions: list[CompletionRecord]
+    unreadable: int  # completion records that did not decode (counted, never trained on)
+    errors: list[UpstreamErrorRecord]
 
 
 class RecordStore:
@@ -33,8 +41,27 @@ class RecordStore:
     def completions(self, session_id: str) -> tuple[list[CompletionRecord], int]:
         """The session's completion records in arrival order, and how many were unreadable (a
         corrupt record is counted, never silently trained on)."""
+        return self.parse_completions(self._r.lrange(keys.session_completions(session_id), 0, -1))
+
+    def queue_all(self, pipe: Any, session_id: str) -> None:
+        """Add to ``pipe`` the two reads ``parse_all`` turns into completions and errors."""
+        pipe.lrange(keys.session_completions(session_id), 0, -1)
+        pipe.lrange(keys.session_errors(session_id), 0, -1)
+
+    def parse_all(self, completions: list[Any], errors: list[Any]) -> SessionRecords:
+        records, bad = self.parse_completions(completions)
+        return SessionRecords(records, bad, [UpstreamErrorRecord.model_validate(unpack(blob(b))) for b in errors])
+
+    def all(self, session_id: str) -> SessionRecords:
+        """Completions and failed calls in one round trip."""
+        pipe = self._r.pipeline(transaction=False)
+        self.queue_all(pipe, session_id)
+        return self.parse_all(*pipe.execute())
+
+    @staticmethod
+    def parse_completions(raws: list[Any]) -> tuple[list[CompletionRecord], int]:
         records, bad = [], 0
-        for raw in self._r.lrange(keys.session_completions(session_id), 0, -1):
+        for raw in raws:
             try:
                 records.append(CompletionRecord.model_validate(unpack(blob(raw))))
             except Exception:
@@ -49,9 +76,11 @@ class RecordStore:
         return [UpstreamErrorRecord.model_validate(unpack(blob(b)))
                 for b in self._r.lrange(keys.session_errors(session_id), 0, -1)]
 
-    def expire(self, session_id: str, ttl_seconds: int) -> None:
-        """Raw records are large; once the result is out they only serve debugging."""
-        pipe = self._r.pipeline(transaction=False)
+    def expire(self, session_id: str, ttl_seconds: int, pipe: Any = None) -> None:
+        """Raw records are large; once the result is out they only serve debugging. (``pipe``:
+        queued on the caller's pipeline instead of sent now.)"""
+        target = pipe if pipe is not None else self._r.pipeline(transaction=False)
         for key in (keys.session_completions(session_id), keys.session_errors(session_id)):
-            pipe.expire(key, ttl_seconds)
-        pipe.execute()
+            target.expire(key, ttl_seconds)
+        if pipe is None:
+            target.execute()

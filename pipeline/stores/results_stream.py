@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -29,10 +28,12 @@ from pipeline import keys
 from pipeline.blobs import LAYOUTS, ResultArrays, decode_arrays, decode_result, encode_result
 from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
+from pipeline.stores import lua
 
 log = logging.getLogger("polar.results")
+# The marker an older version's publisher set while it published (claim, XADD, marker): still
+# honoured, so two versions side by side during an upgrade never publish a session twice.
 _PENDING = b"pending:"
-PUBLISH_CLAIM_SECONDS = 60
 # Trim once this many entries past the cap: the stream's macro-node size (stream-node-max-entries
 # 100 by default), the granularity at which an approximate trim removes anything at all.
 TRIM_SLACK = 100
@@ -69,31 +70,29 @@ class ResultsStream:
 
     def publish_once(self, result: SessionResult) -> str | None:
         """Append ``result`` unless this session was already published; returns the entry id
-        (None while another process is publishing the same session right now)."""
-        marker = keys.session_published(result.session_id)
-        for _ in range(3):
-            raw = self._r.get(marker)
-            current = blob(raw) if raw is not None else None
-            if current and not current.startswith(_PENDING):
-                return current.decode()
-            claim = _PENDING + uuid.uuid4().hex.encode()
-            if self._r.set(marker, claim, nx=True, ex=PUBLISH_CLAIM_SECONDS):
-                break
-            if current and current.startswith(_PENDING):
-                return None  # a live publisher holds the claim; its stage will finish the job
-        else:
-            return None
-        entry_id = text(self._r.xadd(
-            self.stream,
-            {"data": encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
-             "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])},
-        ))
-        self._r.set(marker, entry_id, ex=self.marker_ttl)
-        try:
-            self.trim()
-        except redis.ResponseError as exc:  # the entry is out; a failed trim is retried next time
-            log.warning("results stream trim failed: %s", exc)
-        return entry_id
+        (None while a publisher of an older version holds its claim on the same session)."""
+        replies = lua.execute(self._r, lambda pipe: self.queue_publish(pipe, result), transaction=False)
+        return self.published(replies[0])
+
+    def queue_publish(self, pipe: Any, result: SessionResult) -> None:
+        """Add to ``pipe`` the atomic publish-once (RESULTS_PUBLISH_ONCE: the marker checked, the
+        entry appended, the marker set); its reply goes to ``published``."""
+        script = lua.RESULTS_PUBLISH_ONCE
+        fields = {"data": encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
+                  "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])}
+        lua.queue(pipe, script, [keys.session_published(result.session_id), self.stream],
+                  [self.marker_ttl, _PENDING, *(x for kv in fields.items() for x in kv)])
+
+    def published(self, reply: Any) -> str | None:
+        """The entry id from a ``queue_publish`` reply; trims the stream when this entry took it
+        past its cap."""
+        entry_id, length = text(reply[0]), int(reply[1])
+        if length >= self.maxlen + TRIM_SLACK:
+            try:
+                self.trim()
+            except redis.ResponseError as exc:  # the entry is out; a failed trim is retried next time
+                log.warning("results stream trim failed: %s", exc)
+        return entry_id or None
 
     def trim(self) -> int:
         """Cap the stream near ``maxlen`` without dropping what a group still needs; returns the

@@ -166,13 +166,26 @@ class SessionStore:
                    expected: Iterable[SessionStatus] | None = None, **fields: Any) -> SessionStatus:
         """Move to ``target`` if the rules (and ``expected``) allow it, writing ``fields`` (named
         fields of the hash) with it; returns the old status."""
+        ok, previous = self._transition(keys=[keys.session(session_id)],
+                                        args=self.transition_args(target, expected, fields))
+        return self.transition_result(session_id, target, ok, previous)
+
+    @staticmethod
+    def transition_args(target: SessionStatus, expected: Iterable[SessionStatus] | None,
+                        fields: dict[str, Any]) -> list[Any]:
+        """ARGV of the state machine's write (``lua._TRANSITION``): target, allowed, token, fields."""
         allowed = target.predecessors()
         if expected is not None:
             allowed &= frozenset(expected)
-        argv: list[Any] = [target.value, ",".join(s.value for s in allowed), uuid.uuid4().hex]
-        for k, v in _checked(fields).items():
-            argv += [k, v]
-        ok, previous = self._transition(keys=[keys.session(session_id)], args=argv)
+        return [target.value, ",".join(s.value for s in allowed), uuid.uuid4().hex, *SessionStore.field_args(fields)]
+
+    @staticmethod
+    def field_args(fields: dict[str, Any]) -> list[str]:
+        """Named fields of the hash as field/value pairs (an unknown name is refused)."""
+        return [x for kv in _checked(fields).items() for x in kv]
+
+    @staticmethod
+    def transition_result(session_id: str, target: SessionStatus, ok: int, previous: Any) -> SessionStatus:
         previous = previous.decode() if isinstance(previous, bytes) else previous
         if not ok:
             raise TransitionRefused(session_id, previous or None, target.value)
@@ -234,6 +247,10 @@ class SessionStore:
     def renew_call_commands(session_id: str, call_id: str, expiry: float) -> list[tuple[Any, ...]]:
         """Extend a call's lease (only while it is still there: XX)."""
         return [("ZADD", keys.session_calls(session_id), "XX", repr(expiry), call_id)]
+
+    def queue_inflight_calls(self, pipe: Any, session_id: str) -> None:
+        """Add to ``pipe`` the count ``inflight_calls`` returns."""
+        pipe.zcount(keys.session_calls(session_id), f"({time.time()!r}", "+inf")
 
     def inflight_calls(self, session_id: str) -> int:
         """Model calls of the session in flight on a live proxy (a dead proxy's leases lapse)."""

@@ -1,9 +1,12 @@
 """The two ends of a stage, one round trip each (the redelivery guard, ``workers/stages/common.py``):
 
-* ``begin``: take the stage's lease, read the session, mark the stage started (STAGE_BEGIN);
-* ``finish``: mark it done, record the next stage's message as sent and push it onto its Celery
-  queue, release the lease (STAGE_FINISH) -- atomically, so no crash can leave a stage done
-  without its successor sent;
+* ``begin``: take the stage's lease, read the session, mark the stage started (and stamp its
+  start, for stages that have a stamp) -- STAGE_BEGIN;
+* ``finish``: in one MULTI/EXEC, the stage's own last writes (``Handoff.writes``), then
+  STAGE_FINISH: the session's move to its next status with the fields that go with it, the
+  outcome (first write wins), the "done" marker, the next stage's message recorded as sent and
+  pushed onto its Celery queue, the lease released. Atomic: no crash leaves a stage done without
+  its successor sent, or a session moved without its stage marked done;
 
 and ``send``, a stage message outside a stage's end (the API's cancel, the reaper, early stop).
 Messages are built by ``pipeline.messages`` in Celery's own format and consumed by the stage
@@ -14,13 +17,14 @@ message was most of what orchestration cost).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import redis
 
 from pipeline import keys
 from pipeline.messages import queue_key, stage_message
-from pipeline.status import Stage
+from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores import lua
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import DONE_NOWHERE, SessionState, SessionStore, done_field, started_field
@@ -29,9 +33,27 @@ _LEASE_KEYS = [keys.LEASE_EXPIRY, keys.LEASE_OWNER, keys.LEASE_SENT]
 
 
 @dataclass
+class Handoff:
+    """How a stage body ends: the stage that comes next (None: nowhere) and what the stage's end
+    writes with its done marker, atomically: the session's move to ``status`` (from one of
+    ``expected``; all of the status's predecessors when empty) with ``fields``, the ``outcome``
+    if none is recorded yet, and ``writes`` -- the stage's own last commands, queued on the
+    end's MULTI before the rest (e.g. storing the trajectory)."""
+
+    next: Stage | None
+    status: SessionStatus | None = None
+    expected: tuple[SessionStatus, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
+    error: str | None = None
+    writes: Callable[[Any], None] | None = None
+
+
+@dataclass
 class Begun:
     lease: StageLease
-    state: SessionState | None  # None: no such session (expired, or never registered)
+    state: SessionState | None  # None: no such session (expired, or never registered); as before the mark
+    stamped_at: float  # the start stamp's value, if the stage has one and none was there
 
 
 class StageRuns:
@@ -42,27 +64,53 @@ class StageRuns:
         self._finish = lua.bind(r, lua.STAGE_FINISH)
         self._send = lua.bind(r, lua.STAGE_SEND)
 
-    def begin(self, session_id: str, stage: Stage) -> Begun | None:
-        """None when another live worker holds this stage of this session (a duplicate)."""
+    def begin(self, session_id: str, stage: Stage, stamp: str | None = None) -> Begun | None:
+        """None when another live worker holds this stage of this session (a duplicate).
+        ``stamp``: a timing field set to now with the started mark."""
         lease = StageLease(self._r, session_id, stage, self.lease_seconds)
+        now = time.time()
         reply = self._begin(keys=[*_LEASE_KEYS, keys.session(session_id)],
-                            args=[lease.member, lease.token, lease.ttl_ms, started_field(stage)])
+                            args=[lease.member, lease.token, lease.ttl_ms, started_field(stage),
+                                  *((stamp, repr(now)) if stamp else ())])
         if not reply[0]:
             return None
         lease.adopt()
-        return Begun(lease, SessionStore.parse(session_id, reply[1]))
+        return Begun(lease, SessionStore.parse(session_id, reply[1]), now)
 
     def finish(self, lease: StageLease, session_id: str, *, done: Stage | None = None,
-               sent_to: Stage | None = None, send: Stage | None = None, priority: int = 0) -> None:
-        """End the stage: ``done`` marks that stage finished, having sent the session to
-        ``sent_to``; ``send`` is the stage whose message goes out now (usually ``sent_to``)."""
+               handoff: Handoff | None = None, send: Stage | None = None, priority: int = 0) -> None:
+        """End the stage: ``done`` marks that stage finished, sending the session to
+        ``handoff.next`` with ``handoff``'s writes; without ``done``, only ``send`` goes out
+        (a redelivered copy repeating what a finished stage did). Raises ``TransitionRefused``
+        when the handoff's move is refused: then nothing was written and the lease is kept (it
+        lapses; the reaper sends the stage again into its recovery path)."""
         lease.stop_heartbeat()
-        done_args = [done_field(done), sent_to.value if sent_to is not None else DONE_NOWHERE] if done else ["", ""]
+        if handoff is not None:
+            send = handoff.next
+        done_args = [done_field(done), send.value if send is not None else DONE_NOWHERE] if done else ["", ""]
         message = stage_message(send.task_name, session_id, send.queue, priority) if send else b""
-        self._finish(
-            keys=[*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT],
-            args=[lease.member, lease.token, *done_args,
-                  keys.lease_member(send.value, session_id) if send else "", repr(time.time()), message])
+        move: list[Any] = ["", "", ""]
+        if handoff is not None and handoff.status is not None:
+            move = SessionStore.transition_args(handoff.status, handoff.expected or None, handoff.fields)
+        elif handoff is not None and handoff.fields:
+            move += SessionStore.field_args(handoff.fields)
+        outcome = handoff.outcome.value if handoff is not None and handoff.outcome is not None else ""
+        error = (handoff.error or "")[:4000] if handoff is not None else ""
+        args = [lease.member, lease.token, *done_args, keys.lease_member(send.value, session_id) if send else "",
+                repr(time.time()), message, *move[:3], outcome, error, *move[3:]]
+        script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT]
+        if handoff is not None and handoff.writes is not None:
+            writes = handoff.writes
+
+            def build(pipe: Any) -> None:
+                writes(pipe)
+                lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
+
+            ok, previous = lua.execute(self._r, build, transaction=True)[-1]
+        else:
+            ok, previous = self._finish(keys=script_keys, args=args)
+        if handoff is not None and handoff.status is not None:
+            SessionStore.transition_result(session_id, handoff.status, ok, previous)
 
     def send(self, stage: Stage, session_id: str, priority: int = 0) -> None:
         self._send(keys=[keys.LEASE_SENT, queue_key(stage.queue, priority)],

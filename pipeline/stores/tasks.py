@@ -78,6 +78,11 @@ class TaskStore:
 
     # --- reads -------------------------------------------------------------------------------
 
+    @staticmethod
+    def key(task_id: str) -> str:
+        """The task hash's key (for scripts that move a task with a session: ``ReadyBuffer.admit``)."""
+        return keys.task(task_id)
+
     def exists(self, task_id: str) -> bool:
         return bool(self._r.exists(keys.task(task_id)))
 
@@ -163,11 +168,19 @@ class TaskStore:
         """Count a terminal session (once, however often it is redelivered); True when every
         session of the task has now been counted."""
         pipe = self._r.pipeline(transaction=False)
+        self.queue_count_finished(pipe, task_id, session_id)
+        return self.all_finished(pipe.execute())
+
+    def queue_count_finished(self, pipe: Any, task_id: str, session_id: str) -> None:
+        """Add to ``pipe`` the four commands whose replies ``all_finished`` reads (last on it)."""
         pipe.sadd(keys.task_finished(task_id), session_id)
         pipe.expire(keys.task_finished(task_id), self._ttl)
         pipe.scard(keys.task_finished(task_id))
         pipe.hget(keys.task(task_id), "total")
-        _, _, done, total = pipe.execute()
+
+    @staticmethod
+    def all_finished(replies: list[Any]) -> bool:
+        *_, done, total = replies
         return int(done) >= int(total or 0)
 
     def count_usable(self, task_id: str, session_id: str) -> int:
@@ -178,12 +191,14 @@ class TaskStore:
         pipe.scard(keys.task_usable(task_id))
         return int(pipe.execute()[2])
 
-    def note_result_path(self, task_id: str, session_id: str, path: str) -> None:
-        """Record the session's results-directory file (idempotent: the same path again)."""
-        pipe = self._r.pipeline(transaction=False)
-        pipe.hset(keys.task_result_paths(task_id), session_id, path)
-        pipe.expire(keys.task_result_paths(task_id), self._ttl + 3600)  # as long as the task's keys
-        pipe.execute()
+    def note_result_path(self, task_id: str, session_id: str, path: str, pipe: Any = None) -> None:
+        """Record the session's results-directory file (idempotent: the same path again).
+        (``pipe``: queued on the caller's pipeline instead of sent now.)"""
+        target = pipe if pipe is not None else self._r.pipeline(transaction=False)
+        target.hset(keys.task_result_paths(task_id), session_id, path)
+        target.expire(keys.task_result_paths(task_id), self._ttl + 3600)  # as long as the task's keys
+        if pipe is None:
+            target.execute()
 
     def finish(self, task_id: str) -> TaskState:
         """Idempotent: the first call decides completed/cancelled and stamps the end."""

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from infra import fake_upstream
+from pipeline import keys
 from pipeline.schemas import TaskRequest
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage, TaskState
@@ -75,6 +76,21 @@ def test_sessions_go_through_every_stage_and_reach_the_stream(deps):
     assert sorted(e.session_id for e in entries) == sorted(sids)
     task_id = deps.stores.outputs.result(sids[0]).task_id
     assert deps.stores.tasks.status(task_id).status == TaskState.COMPLETED
+
+
+def test_every_stage_runs_after_redis_forgot_its_scripts(deps, r):
+    """A restarted Redis has no scripts loaded: each stage's pipelined scripts are loaded and the
+    pipeline run again (every step safe to repeat), nothing lost or applied twice."""
+    [sid] = submit(deps, num_samples=1)
+    outcomes = []
+    for stage in Stage:
+        r.script_flush()
+        outcomes.append(run_stage(stage, sid, *BODIES[stage], d=deps))
+    assert outcomes == ["done"] * 5
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.COMPLETED and result.reward == 1.0
+    assert r.xlen(keys.RESULTS_STREAM) == 1 and r.scard(keys.task_finished(result.task_id)) == 1
+    assert deps.stores.sessions.status(sid) == SessionStatus.COMPLETED
 
 
 def test_redelivered_stages_do_nothing_twice(deps):

@@ -106,6 +106,7 @@ class LocalRuntime:
                 raise ExecError(f"cannot start command in {workdir}: {exc}") from exc
             pidfile = self.root / ".pids" / str(proc.pid)
             pidfile.touch()
+            _note_pid_floor(self.root, proc.pid)
             timed_out = cancelled = False
             exited = _ExitWatch(proc)
             try:
@@ -210,13 +211,14 @@ def kill_session_processes(root: Path) -> int:
     this stays at raw ``os`` calls: ~3x cheaper than through ``Path`` objects."""
     tag = f"POLAR_SESSION_DIR={root}".encode()
     me = os.getpid()
+    floor = _pid_floor(root)
     killed = 0
     for _ in range(3):  # a dying parent may fork once more: sweep until nothing is left
         found = 0
         with os.scandir("/proc") as entries:
             for entry in entries:
                 name = entry.name
-                if not name.isdigit() or int(name) == me or not _environ_holds(name, tag):
+                if not name.isdigit() or int(name) < floor or int(name) == me or not _environ_holds(name, tag):
                     continue
                 try:
                     os.kill(int(name), signal.SIGKILL)
@@ -228,6 +230,33 @@ def kill_session_processes(root: Path) -> int:
             break
         time.sleep(0.05)
     return killed
+
+
+PID_FLOOR = ".pid-floor"  # the session's first command's pid: every process it started came later
+
+
+def _note_pid_floor(root: Path, pid: int) -> None:
+    path = root / PID_FLOOR
+    if not path.exists():
+        try:
+            path.write_text(str(pid))
+        except OSError:
+            pass  # without it the sweep looks at every process: slower, still complete
+
+
+def _pid_floor(root: Path) -> int:
+    """The lowest pid a process of this session can have: pids are handed out in increasing
+    order, so everything the session started has a pid above its first command's -- unless the
+    kernel's pid counter wrapped around since (the newest pid, /proc/loadavg's last field, is
+    then lower): then 0, every process. Reading each process's environment costs ~10 us; on a
+    busy worker host most processes predate the session."""
+    try:
+        floor = int((root / PID_FLOOR).read_text())
+        with open("/proc/loadavg") as f:
+            newest = int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return floor if newest >= floor else 0
 
 
 def _environ_holds(pid: str, tag: bytes) -> bool:

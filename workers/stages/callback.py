@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from pipeline import results_dir
+from pipeline import keys, results_dir
 from pipeline.callback_policy import refusal
 from pipeline.credentials import signature
 from pipeline.errors import TransitionRefused
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus, Stage
+from pipeline.stores import lua
 from pipeline.stores.leases import StageLease
+from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.trainers import groups
 from workers.stages.common import Deps, Skip, log
@@ -28,39 +31,74 @@ CALLBACK_TIMEOUT_SECONDS = 30.0
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     sid = state.session_id
-    result = d.stores.outputs.result(sid)
+    stores = d.stores
+    # One round trip: the result EVALUATE stored, and the raw records for its results file.
+    pipe = stores.r.pipeline(transaction=False)
+    stores.outputs.queue_result(pipe, sid)
+    stores.records.queue_all(pipe, sid)
+    raw, completions, errors = pipe.execute()
+    result = stores.outputs.parse_result(raw)
     if result is None:
         raise Skip("no result stored yet")
-    if result.timing.finished_at is None:
-        result.timing.finished_at = time.time()
-        d.stores.outputs.save_result(sid, result)
-    try:
-        d.stores.sessions.transition(sid, result.status, expected=[SessionStatus.EVALUATING],
-                              finished_at=result.timing.finished_at)
-    except TransitionRefused as exc:
-        if exc.current != result.status.value:  # already terminal with this status: a re-run
-            raise
-    _save_file(d, result)  # before publishing: a published result always has its file
-    entry = d.stores.results.publish_once(result)
+    records = stores.records.parse_all(completions, errors)
+    _terminate(d, sid, result)
+    path = _save_file(d, result, records)  # before publishing: a published result always has its file
+    # One round trip: publish once, note the file, let the raw records and the trajectory expire,
+    # count the session towards its task.
+    def publish(pipe: Any) -> None:
+        stores.results.queue_publish(pipe, result)
+        if path is not None:
+            stores.tasks.note_result_path(result.task_id, sid, str(path), pipe)
+        stores.records.expire(sid, d.settings.records_ttl_seconds, pipe)
+        stores.outputs.expire_trajectory(sid, d.settings.records_ttl_seconds, pipe)
+        stores.tasks.queue_count_finished(pipe, result.task_id, sid)
+
+    replies = lua.execute(stores.r, publish, transaction=False)
+    entry = stores.results.published(replies[0])
     log.info("callback %s: %s published as %s", sid, result.status.value, entry)
-    d.stores.records.expire(sid, d.settings.records_ttl_seconds)
-    d.stores.outputs.expire_trajectory(sid, d.settings.records_ttl_seconds)
-    tasks = d.stores.tasks
-    _early_stop(d, result)
-    if tasks.count_finished(result.task_id, sid):
-        log.info("task %s %s", result.task_id, tasks.finish(result.task_id).value)
-        url = tasks.request(result.task_id).callback_url
+    callback_url, early_stop = _task_options(d, state)
+    _early_stop(d, result, early_stop)
+    if stores.tasks.all_finished(replies):
+        log.info("task %s %s", result.task_id, stores.tasks.finish(result.task_id).value)
         # Redelivered copies of the last session count it again: the outbox starts it once; the
         # reaper re-sends it if this dispatch is lost.
-        if url and d.stores.callbacks.enqueue(result.task_id, url):
+        if callback_url and stores.callbacks.enqueue(result.task_id, callback_url):
             d.dispatcher.callback(result.task_id)
     return None
 
 
-def _early_stop(d: Deps, result: SessionResult) -> None:
+def _terminate(d: Deps, sid: str, result: SessionResult) -> None:
+    """The session's terminal status (and the result with its end stamp): one MULTI."""
+    if result.timing.finished_at is None:
+        result.timing.finished_at = time.time()
+    sessions = d.stores.sessions
+    move = sessions.transition_args(result.status, [SessionStatus.EVALUATING], {"finished_at": result.timing.finished_at})
+
+    def terminal(pipe: Any) -> None:
+        d.stores.outputs.save_result(sid, result, pipe)
+        lua.queue(pipe, lua.SESSION_TRANSITION, [keys.session(sid)], move)
+
+    ok, previous = lua.execute(d.stores.r, terminal, transaction=True)[-1]
+    try:
+        sessions.transition_result(sid, result.status, ok, previous)
+    except TransitionRefused as exc:
+        if exc.current != result.status.value:  # already terminal with this status: a re-run
+            raise
+
+
+def _task_options(d: Deps, state: SessionState) -> tuple[str | None, int | None]:
+    """The task's callback_url and early_stop_min_usable_sessions: from the session's spec, or
+    from the task for sessions stored before specs carried them."""
+    spec = state.spec
+    if spec.task_options_known:
+        return spec.callback_url, spec.early_stop_min_usable_sessions
+    request = d.stores.tasks.request(spec.task_id)
+    return request.callback_url, request.early_stop_min_usable_sessions
+
+
+def _early_stop(d: Deps, result: SessionResult, wanted: int | None) -> None:
     """early_stop_min_usable_sessions: the usable session that reaches the count stops the rest
     (they end CANCELLED; the task completes). Counted once per session, so a redelivery is safe."""
-    wanted = d.stores.tasks.request(result.task_id).early_stop_min_usable_sessions
     if not wanted or not groups.usable(result):
         return
     if d.stores.tasks.count_usable(result.task_id, result.session_id) == wanted:
@@ -71,22 +109,23 @@ def _early_stop(d: Deps, result: SessionResult) -> None:
                  len(moved) + flagged)
 
 
-def _save_file(d: Deps, result: SessionResult) -> None:
+def _save_file(d: Deps, result: SessionResult, records: SessionRecords) -> Path | None:
     """The session's file in the results directory (pipeline/results_dir.py), rewritten in
     place by a redelivered stage -- unless the raw records have expired from Redis since (a late
     redelivery), when the file already written holds more than a rewrite would. A disk that
-    fails is logged, not fatal: the stream stays the trainer's source and must not wait on it."""
+    fails is logged, not fatal: the stream stays the trainer's source and must not wait on it.
+    Returns the file's path (None when it could not be written)."""
     sid, fmt = result.session_id, d.settings.results_format
     root = d.settings.results_path
     existing = results_dir.path_for(root, result.task_id, sid, fmt)
+    kept = bool(records.completions or records.errors or records.unreadable)
     try:
-        if not (existing.is_file() and not d.stores.records.kept(sid)):
-            completions, bad = d.stores.records.completions(sid)
-            results_dir.write(root, result, completions, d.stores.records.errors(sid), bad, fmt)
+        if not (existing.is_file() and not kept):
+            results_dir.write(root, result, records.completions, records.errors, records.unreadable, fmt)
     except OSError:
         log.exception("callback %s: cannot write its results file under %s", sid, root)
-        return
-    d.stores.tasks.note_result_path(result.task_id, sid, str(existing))
+        return None
+    return existing
 
 
 class DeliveryFailed(Exception):

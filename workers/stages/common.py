@@ -28,6 +28,7 @@ from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
+from pipeline.stores.stage_runs import Handoff
 
 log = logging.getLogger("polar.stages")
 
@@ -67,53 +68,59 @@ def deps() -> Deps:
     return _deps_for(os.getpid())  # forked pool children get their own connections
 
 
-Body = Callable[[Deps, SessionState, StageLease], "Stage | None"]
-Recover = Callable[[Deps, SessionState], "Stage | None"]
+Body = Callable[[Deps, SessionState, StageLease], "Stage | Handoff | None"]
+Recover = Callable[[Deps, SessionState], "Stage | Handoff | None"]
+# Stages whose start is stamped by the guard as it begins them (the others stamp theirs with the
+# status they move the session to).
+START_STAMPS = {Stage.POSTRUN: "postrun_started_at", Stage.EVALUATE: "evaluate_started_at"}
 
 
 def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None = None,
               d: Deps | None = None) -> str:
     d = d or deps()
     runs = d.stores.stage_runs
-    begun = runs.begin(session_id, stage)  # one round trip: the lease, the session, the "started" mark
+    # One round trip: the lease, the session, the "started" mark (and the stage's start stamp).
+    begun = runs.begin(session_id, stage, START_STAMPS.get(stage))
     if begun is None:
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
         return "duplicate"
     lease, state = begun.lease, begun.state
+    stamp = START_STAMPS.get(stage)
+    if state is not None and stamp and getattr(state.timing, stamp) is None:
+        setattr(state.timing, stamp, begun.stamped_at)  # what the begin script just wrote
     try:
         if state is None:
             log.warning("%s %s: unknown or expired session", stage.value, session_id)
             runs.finish(lease, session_id)
             return "missing"
         if stage in state.done:
-            nxt = state.done[stage]
-            runs.finish(lease, session_id, send=nxt)
+            runs.finish(lease, session_id, send=state.done[stage])
             return "already-done"
-        nxt = None
+        end: Stage | Handoff | None = None
         rerun = recover is None or stage not in state.started
         if not rerun:
             log.warning("%s %s: previous worker died mid-stage; recovering", stage.value, session_id)
             try:
-                nxt = recover(d, state) or _pending_after(d, stage, session_id)  # type: ignore[misc]
+                end = recover(d, state) or _pending_after(d, stage, session_id)  # type: ignore[misc]
             except Rerun:
                 rerun = True
         if rerun:
             try:
-                nxt = body(d, state, lease)
+                end = body(d, state, lease)
             except Skip as why:
                 log.info("%s %s: skipped (%s)", stage.value, session_id, why)
                 # A worker that died between a status write and its "done" marker left the
                 # session waiting for a later stage nobody sent: send it (it is guarded too).
                 runs.finish(lease, session_id, send=_pending_after(d, stage, session_id))
                 return "skipped"
-        # Remember where this stage sent the session, for a redelivered copy to repeat; send it
-        # there; give the lease back -- one atomic step.
-        runs.finish(lease, session_id, done=stage, sent_to=nxt, send=nxt)
+        # The session's move, where this stage sent it (for a redelivered copy to repeat), the
+        # next stage's message and the lease, in one atomic step.
+        runs.finish(lease, session_id, done=stage, handoff=end if isinstance(end, Handoff) else Handoff(end))
         return "done"
     except BaseException:
-        # Crashed (Redis gone for longer than the client retries, a bug): keep the lease
-        # unreleased so it lapses and the reaper sends the stage again, into its recovery path,
-        # instead of the session waiting for a message nobody will send.
+        # Crashed (Redis gone for longer than the client retries, a bug, a refused move): keep
+        # the lease unreleased so it lapses and the reaper sends the stage again, into its
+        # recovery path, instead of the session waiting for a message nobody will send.
         lease.stop_heartbeat()
         raise
 

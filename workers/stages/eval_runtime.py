@@ -87,5 +87,8 @@ def teardown(sid: str, *handles: dict | None) -> None:
         except Exception as exc:
             log.error("evaluate %s: runtime teardown failed: %s", sid, exc)
 
+    if len(live) == 1:  # the usual case: no thread to start for it
+        stop(live[0])
+        return
     with ThreadPoolExecutor(max_workers=len(live)) as pool:
         list(pool.map(stop, live))

@@ -13,6 +13,7 @@ from pipeline.schemas import SessionResult, Trajectory
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
+from pipeline.stores.stage_runs import Handoff
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
 from workers.stages import artifacts
@@ -41,24 +42,26 @@ def keep_artifacts(d: Deps, state: SessionState, eval_runtime: dict | None) -> P
         return None
 
 
-def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.EVALUATING:
         raise Skip(f"status is {state.status.value}")
-    started = d.stores.sessions.stamp(sid, "evaluate_started_at")
+    started = state.timing.evaluate_started_at or time.time()  # stamped as the stage began
     trajectory = d.stores.outputs.trajectory(sid) or Trajectory(error="trajectory missing")
-    if d.stores.sessions.cancel_requested(sid):
-        d.stores.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled")
-    outcome = d.stores.sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")
-    fresh = d.stores.sessions.get(sid) or state  # the evaluation runtime's hand-over is in it
+    # The outcome so far (the first recorded wins); a cancel that came since is the outcome now.
+    # (``state`` was read as this stage began: the evaluation runtime's hand-over is in it.)
+    outcome, new_error = state.outcome, None
+    if outcome is None:
+        outcome, new_error = ((Outcome.CANCELLED, "cancelled") if state.cancel_requested
+                              else (Outcome.ERROR, "no outcome recorded"))
     agent_runtime = runtimes.attach(state.runtime) if state.runtime else None
     refresh = spec.evaluator.refresh_runtime
-    runtime = (runtimes.attach(fresh.eval_runtime) if fresh.eval_runtime else None) if refresh else agent_runtime
+    runtime = (runtimes.attach(state.eval_runtime) if state.eval_runtime else None) if refresh else agent_runtime
     reward, evaluation, eval_error = None, {"strategy": spec.evaluator.strategy}, None
     try:
         if outcome != Outcome.CANCELLED:
-            if refresh and eval_runtime_problem(fresh):
-                raise EvaluationError(eval_runtime_problem(fresh) or "")
+            if refresh and eval_runtime_problem(state):
+                raise EvaluationError(eval_runtime_problem(state) or "")
             evaluator = evaluators.create(spec.evaluator.strategy, spec.evaluator.config)
             proxy = runtime.reachable_url(d.settings.proxy_url) if runtime else d.settings.proxy_url
             env = {**harnesses.harness_env(proxy, spec, state.key or ""), **spec.evaluator.env}
@@ -72,17 +75,17 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         eval_error = f"evaluation failed: {exc}"
         log.warning("evaluate %s: %s", sid, eval_error)
     finally:
-        kept = keep_artifacts(d, state, fresh.eval_runtime)
-        teardown(sid, state.runtime, fresh.eval_runtime)
-    fresh = d.stores.sessions.get(sid) or state
+        kept = keep_artifacts(d, state, state.eval_runtime)
+        teardown(sid, state.runtime, state.eval_runtime)
     status = outcome.terminal_status()
-    error = fresh.error
+    error = new_error if new_error is not None else state.error
     if status == SessionStatus.COMPLETED and (trajectory.error or eval_error):
         status, error = SessionStatus.ERROR, trajectory.error or eval_error
     last_call_error = trajectory.metadata.get("last_proxy_error")
     if status != SessionStatus.COMPLETED and last_call_error and last_call_error not in (error or ""):
         error = f"{error or status.value}; last model-API error: {last_call_error}"  # the cause, by name
     trajectory.status = status
+    ended = time.time()
     result = SessionResult(
         session_id=sid, task_id=spec.task_id, sample_index=spec.sample_index, status=status,
         reward=reward, trajectory=trajectory, error=error or eval_error, evaluation=evaluation,
@@ -90,8 +93,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
                   **({"artifacts_dir": str(kept)} if kept else {})},
         node_id=socket.gethostname(),
     )
-    result.timing = fresh.timing.model_copy(update={"evaluate_started_at": started,
-                                                    "evaluate_ended_at": time.time()})
-    d.stores.outputs.save_result(sid, result)
-    d.stores.sessions.stamp(sid, "evaluate_ended_at")
-    return Stage.CALLBACK
+    result.timing = state.timing.model_copy(update={"evaluate_started_at": started, "evaluate_ended_at": ended})
+    # The result, the end stamp, a new outcome and CALLBACK's message: one step.
+    return Handoff(Stage.CALLBACK, fields={"evaluate_ended_at": ended}, outcome=outcome if new_error else None,
+                   error=new_error, writes=lambda pipe: d.stores.outputs.save_result(sid, result, pipe))

@@ -9,6 +9,7 @@ from pipeline.errors import TransitionRefused
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
+from pipeline.stores.stage_runs import Handoff
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.stages.common import Deps, Rerun, Skip, log
@@ -18,23 +19,22 @@ SLOT_WAIT_POLL_SECONDS = 0.2
 READY_GRACE_SECONDS = 120  # a READY slot outlives the session budget by this much, then frees
 
 
-def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | Handoff:
     sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.REGISTERED:
         raise Skip(f"status is {state.status.value}")
     slot_ttl = spec.timeout_seconds + READY_GRACE_SECONDS
-    while not d.stores.ready.reserve(sid, slot_ttl):  # backpressure: never run ahead of the buffer
+    task_key = d.stores.tasks.key(spec.task_id)
+    while True:  # backpressure: never run ahead of the buffer
+        now = time.time()
+        try:
+            if d.stores.ready.admit(sid, task_key, slot_ttl, init_started_at=now, deadline=now + spec.timeout_seconds):
+                break
+        except TransitionRefused as exc:
+            raise Skip(str(exc)) from None
         if d.stores.sessions.status(sid) != SessionStatus.REGISTERED or lease.lost.is_set():
             raise Skip("cancelled or taken over while waiting for a READY slot")
         time.sleep(SLOT_WAIT_POLL_SECONDS)
-    now = time.time()
-    try:
-        d.stores.sessions.transition(sid, SessionStatus.INITIALIZING, expected=[SessionStatus.REGISTERED],
-                              init_started_at=now, deadline=now + spec.timeout_seconds)
-    except TransitionRefused as exc:
-        d.stores.ready.release(sid)
-        raise Skip(str(exc)) from None
-    d.stores.tasks.mark_running(spec.task_id)
     deadline = now + spec.timeout_seconds
     try:
         backend = spec.runtime.backend or d.settings.default_runtime_backend
@@ -54,14 +54,13 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     except Exception as exc:  # any failure here ends the session; POSTRUN tears down
         outcome = exc.outcome if isinstance(exc, StepFailed) else Outcome.ERROR
         log.warning("init %s failed: %s", sid, exc)
-        d.stores.sessions.set_outcome(sid, outcome, f"init: {exc}")
         d.stores.ready.release(sid)
-        d.stores.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.INITIALIZING])
-        return Stage.POSTRUN
-    d.stores.ready.push(sid, max(1.0, deadline - time.time()) + READY_GRACE_SECONDS)
-    d.stores.sessions.transition(sid, SessionStatus.READY, expected=[SessionStatus.INITIALIZING],
-                          ready_at=time.time())
-    return Stage.RUN
+        return Handoff(Stage.POSTRUN, SessionStatus.POSTRUN, (SessionStatus.INITIALIZING,),
+                       outcome=outcome, error=f"init: {exc}")
+    ready_ttl = max(1.0, deadline - time.time()) + READY_GRACE_SECONDS
+    # Into READY (its list and slot), the move and RUN's message: one step.
+    return Handoff(Stage.RUN, SessionStatus.READY, (SessionStatus.INITIALIZING,), {"ready_at": time.time()},
+                   writes=lambda pipe: d.stores.ready.push(sid, ready_ttl, pipe))
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:

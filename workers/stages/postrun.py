@@ -13,20 +13,22 @@ from pipeline import builders
 from pipeline.schemas import Trajectory
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
+from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
+from pipeline.stores.stage_runs import Handoff
 from workers.stages.common import Deps, Skip, log
 
 INFLIGHT_POLL_SECONDS = 0.05
 
 
-def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
-    sid, spec, sessions = state.session_id, state.spec, d.stores.sessions
+def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
+    sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.POSTRUN:
         raise Skip(f"status is {state.status.value}")
-    sessions.stamp(sid, "postrun_started_at")
-    _drain_inflight(d, sid)
-    outcome = sessions.set_outcome(sid, Outcome.ERROR, "no outcome recorded")  # keeps an existing one
-    records, bad = d.stores.records.completions(sid)
+    found = _records(d, sid)
+    # The outcome RUN (or a canceller) recorded; "no outcome" becomes an error, written with the end.
+    outcome = state.outcome or Outcome.ERROR
+    records, bad, errors = found.completions, found.unreadable, found.errors
     try:
         builder = builders.create(spec.builder.strategy, spec.builder.config)
         ctx = builders.BuildContext(sid, spec.task_id, spec.agent.harness, spec.metadata)
@@ -35,17 +37,15 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
         log.warning("postrun %s: build failed: %s", sid, exc)
         trajectory = Trajectory(error=f"build failed: {exc}")  # EVALUATE turns this into ERROR
     trajectory.status = outcome.terminal_status()
-    errors = d.stores.records.errors(sid)
     trajectory.metadata.update({"completions": len(records), "unreadable_records": bad,
                                 "builder": spec.builder.strategy, **call_errors(errors)})
     if not records and outcome == Outcome.COMPLETED and not trajectory.error:
         # An agent that exits 0 without one model call did not do the task (misconfigured CLI,
         # wrong base URL): never a COMPLETED session with nothing to train on.
         trajectory.error = "no completions captured: the agent made no model call through the proxy"
-    d.stores.outputs.save_trajectory(sid, trajectory)
-    sessions.transition(sid, SessionStatus.EVALUATING, expected=[SessionStatus.POSTRUN],
-                        postrun_ended_at=time.time())
-    return Stage.EVALUATE
+    return Handoff(Stage.EVALUATE, SessionStatus.EVALUATING, (SessionStatus.POSTRUN,), {"postrun_ended_at": time.time()},
+                   outcome=None if state.outcome else Outcome.ERROR, error="no outcome recorded",
+                   writes=lambda pipe: d.stores.outputs.save_trajectory(sid, trajectory, pipe))
 
 
 def call_errors(errors: list) -> dict:
@@ -57,10 +57,15 @@ def call_errors(errors: list) -> dict:
             "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
 
 
-def _drain_inflight(d: Deps, sid: str) -> None:
-    """Give model calls still inside the proxy a moment to land their records."""
+def _records(d: Deps, sid: str) -> SessionRecords:
+    """The session's records, once the model calls still inside the proxy have landed theirs
+    (or ``inflight_drain_seconds`` passed): one round trip when none is in flight."""
     deadline = time.monotonic() + d.settings.inflight_drain_seconds
-    while time.monotonic() < deadline:
-        if d.stores.sessions.inflight_calls(sid) <= 0:
-            return
+    while True:
+        pipe = d.stores.r.pipeline(transaction=False)
+        d.stores.sessions.queue_inflight_calls(pipe, sid)
+        d.stores.records.queue_all(pipe, sid)
+        inflight, completions, errors = pipe.execute()
+        if inflight <= 0 or time.monotonic() >= deadline:
+            return d.stores.records.parse_all(completions, errors)
         time.sleep(INFLIGHT_POLL_SECONDS)

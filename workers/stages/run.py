@@ -11,32 +11,31 @@ import time
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
+from pipeline.stores.stage_runs import Handoff
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.stages.common import Deps, Skip, log
 from workers.stages.eval_runtime import Warmup
 
 
-def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
+def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     sid = state.session_id
-    if not d.stores.ready.claim(sid):
+    if not d.stores.ready.claim_to_run(sid, run_started_at=time.time()):
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
-    d.stores.sessions.transition(sid, SessionStatus.RUNNING, expected=[SessionStatus.READY],
-                          run_started_at=time.time())
     try:
         outcome, error, exit_code = _run_agent(d, state, lease)
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
-    d.stores.sessions.set_outcome(sid, outcome, error)
-    d.stores.sessions.transition(sid, SessionStatus.POSTRUN, expected=[SessionStatus.RUNNING],
-                          run_ended_at=time.time(), agent_exit_code="" if exit_code is None else exit_code)
     log.info("run %s: %s", sid, outcome.value)
-    return Stage.POSTRUN
+    # The outcome (unless a canceller's came first), the move to POSTRUN and POSTRUN's message: one step.
+    return Handoff(Stage.POSTRUN, SessionStatus.POSTRUN, (SessionStatus.RUNNING,),
+                   {"run_ended_at": time.time(), "agent_exit_code": "" if exit_code is None else exit_code},
+                   outcome=outcome, error=error)
 
 
 def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome, str | None, int | None]:
     sid, spec = state.session_id, state.spec
-    if d.stores.sessions.cancel_requested(sid):
+    if state.cancel_requested:  # as read when this stage began, a moment ago
         return Outcome.CANCELLED, "cancelled before the agent ran", None
     remaining = state.remaining()
     if remaining is None or remaining <= 0:
@@ -78,7 +77,7 @@ def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
 def _cancel_check(d: Deps, sid: str, lease: StageLease):
     """Polled by the runtime while the agent runs: the stage lease was lost, or a cancel was
     requested (read from Redis at most every ``cancel_poll_seconds``)."""
-    next_read = [0.0]
+    next_read = [time.monotonic() + d.settings.cancel_poll_seconds]  # the stage's start just read it
 
     def should_cancel() -> bool:
         if lease.lost.is_set():
