@@ -100,14 +100,12 @@ class LeaseKeeper:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="polar-leases", daemon=True)
                 self._thread.start()
-            elif lease.ttl_ms < self._shortest_ms:
-                self._changed.notify()  # beat sooner than planned
+            else:
+                self._changed.notify()  # plans its next beat again (an idle thread: the first one)
 
     def drop(self, lease: StageLease) -> None:
         with self._changed:
             self._held.pop(lease.token, None)
-
-    _shortest_ms = 0
 
     def _loop(self) -> None:
         next_beat, idle_since = None, None
@@ -125,8 +123,7 @@ class LeaseKeeper:
                     self._changed.wait(IDLE_EXIT_SECONDS)
                     continue
                 idle_since = None
-                self._shortest_ms = min(lease.ttl_ms for lease in self._held.values())
-                period = self._shortest_ms / 3000.0
+                period = min(lease.ttl_ms for lease in self._held.values()) / 3000.0
                 # A lease held now was taken at most now: its first renewal is due a third of its
                 # TTL from now at the latest.
                 next_beat = min(next_beat, now + period) if next_beat is not None else now + period

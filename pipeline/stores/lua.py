@@ -40,13 +40,17 @@ def queue(pipe: Any, script: Lua, keys: list[str], args: list[Any]) -> None:
 
 
 def execute(r: redis.Redis, build: Callable[[Any], None], *, transaction: bool) -> list[Any]:
-    """Build a pipeline with ``build`` and run it; when Redis has forgotten a script (NOSCRIPT:
-    restarted since), load every script and run the whole pipeline once more -- so whatever is
-    built here must be safe to apply twice (ours are: plain writes, and scripts that recognise
-    their own retry)."""
+    """Build a pipeline with ``build`` and run it; when Redis has forgotten the script (NOSCRIPT:
+    restarted since), load every script and run the whole pipeline once more. A pipeline holds
+    one script at most, so a NOSCRIPT means no script of it ran (a MULTI runs its other commands
+    regardless: with two scripts, one could run without the other); its other commands are plain
+    writes, safe to apply twice, as its script is (ours recognise their own retry)."""
     for attempt in (1, 2):
         pipe = r.pipeline(transaction=transaction)
         build(pipe)
+        scripts = sum(1 for args, _ in pipe.command_stack if args[0] == "EVALSHA")
+        if scripts > 1:
+            raise ValueError(f"a pipeline run by lua.execute holds one script at most, not {scripts}")
         replies = pipe.execute(raise_on_error=False)
         errors = [x for x in replies if isinstance(x, redis.ResponseError)]
         if not errors:

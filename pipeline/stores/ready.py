@@ -9,6 +9,7 @@ never both take the same runtime.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -50,11 +51,14 @@ class ReadyBuffer:
 
     def push(self, session_id: str, ttl_seconds: float, pipe: Any = None) -> None:
         """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN.
-        (``pipe``: queued on the caller's MULTI, e.g. INIT's end.)"""
+        (``pipe``: queued on the caller's MULTI, e.g. INIT's end -- as plain commands, the slot's
+        expiry in this host's time: a pipeline's one script must be its last, see ``lua.execute``.)"""
         if pipe is None:
             self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
-        else:
-            lua.queue(pipe, lua.READY_PUSH, [keys.READY_SLOTS, keys.READY_LIST], [session_id, ttl_seconds])
+            return
+        pipe.zadd(keys.READY_SLOTS, {session_id: time.time() + ttl_seconds})
+        pipe.lrem(keys.READY_LIST, 0, session_id)
+        pipe.rpush(keys.READY_LIST, session_id)
 
     def claim(self, session_id: str) -> bool:
         """Take the session out of READY; exactly one caller ever gets True."""

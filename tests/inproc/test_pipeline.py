@@ -147,3 +147,17 @@ def test_every_redis_key_expires_or_has_a_documented_bound(deps, r):
             continue  # Celery's own: bindings, and the stage queues' lists (drained by the workers)
         unbounded.append(name)
     assert unbounded == []
+
+
+def test_a_pipeline_with_two_scripts_is_refused_before_it_runs(r):
+    """With two scripts in one MULTI, a Redis that forgot one would run the other alone."""
+    from pipeline.stores import lua
+
+    def build(pipe):
+        pipe.set("polar:test:two-scripts", "1")
+        for _ in range(2):
+            lua.queue(pipe, lua.RESULTS_PUBLISH_ONCE, ["polar:test:m", "polar:test:s"], [60, b"p:", "data", b"x"])
+
+    with pytest.raises(ValueError, match="one script at most"):
+        lua.execute(r, build, transaction=True)
+    assert r.get("polar:test:two-scripts") is None  # nothing was sent

@@ -1,6 +1,8 @@
 """The redelivery guard around every stage, against a real Redis and the real Celery queues."""
 
 
+import time
+
 import pytest
 
 from pipeline import keys
@@ -156,3 +158,18 @@ def test_a_live_lease_cannot_be_taken_and_a_dead_one_can(d, sid):
     first.stop_heartbeat()
     wait_for(lambda: StageLease(d.stores.r, sid, Stage.INIT, 5).acquire(), timeout=5, interval=0.05)
     assert first.lost.is_set() is False  # it stopped beating, so it never learnt; a beating one would
+
+
+def test_a_lease_taken_after_the_keeper_went_idle_is_still_renewed(d, sid):
+    """The keeper thread outlives the stages it renews; one that is idle must wake for a new lease."""
+    first = StageLease(d.stores.r, sid, Stage.INIT, 0.3)
+    assert first.acquire()
+    first.release()  # nothing held now: the keeper idles
+    time.sleep(0.2)
+    second = StageLease(d.stores.r, sid, Stage.RUN, 0.3)
+    assert second.acquire()
+    try:
+        time.sleep(1.2)  # four times its TTL
+        assert held(d.stores.r, sid, Stage.RUN) and not second.lost.is_set()
+    finally:
+        second.release()
