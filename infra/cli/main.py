@@ -188,6 +188,7 @@ def cancel(task_id: str) -> None:
 
 
 def _register_subcommands() -> None:
+    from infra.cli.bench import bench
     from infra.cli.generate import generate
     from infra.cli.harnesses import harnesses
     from infra.cli.model import model
@@ -204,6 +205,7 @@ def _register_subcommands() -> None:
     cli.add_command(tools)
     cli.add_command(harnesses)
     cli.add_command(generate)
+    cli.add_command(bench)
 
 
 _register_subcommands()
