@@ -21,6 +21,7 @@ starts its own `podman system service` on a temporary socket.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -169,6 +170,7 @@ def main() -> None:
     finally:
         service.terminate()
         service.wait(timeout=30)
+        shutil.rmtree(home, ignore_errors=True)  # the model, the stacks' logs, the engine's socket
 
 
 if __name__ == "__main__":

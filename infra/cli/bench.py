@@ -32,9 +32,11 @@ TEST_IMAGE = "localhost/polar-test:bookworm"  # what bench/runtime_bench.py runs
 def _podman_and_test_image() -> str | None:
     if not shutil.which("podman"):
         return "needs podman (infra/images/install_host_runtimes.sh)"
-    if subprocess.run(["podman", "image", "exists", TEST_IMAGE], capture_output=True, timeout=60).returncode:
-        return f"needs the test image {TEST_IMAGE} (infra/images/build_test_image.sh)"
-    return None
+    try:
+        missing = subprocess.run(["podman", "image", "exists", TEST_IMAGE], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"podman does not answer ({exc})"
+    return f"needs the test image {TEST_IMAGE} (infra/images/build_test_image.sh)" if missing else None
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ def doctor(smoke: bool, timeout: float, as_json: bool) -> None:
                                                                           f"{name})")
             clis.append({"harness": name, "installed": have[name], "ok": ok, "detail": text})
             bars.advance(bar)
+        bars.update(bar, detail="done")
     sessions: list[dict[str, Any]] = []
     skipped = None
     if smoke and present:
@@ -113,7 +114,7 @@ def doctor(smoke: bool, timeout: float, as_json: bool) -> None:
 def _print_doctor(clis: list[dict[str, Any]], sessions: list[dict[str, Any]], skipped: str | None) -> None:
     from rich.table import Table
 
-    table = Table(title="harness CLIs: --version, then one smoke session each")
+    table = Table(title="harness CLIs: --version" + (", then one smoke session each" if sessions else ""))
     for col in ("harness", "check", "result", "detail"):
         table.add_column(col, overflow="fold")
     for c in clis:

@@ -37,4 +37,5 @@ def smoke_sessions(settings: Settings, harnesses: list[str], timeout: float) -> 
                          "model_calls": calls,
                          "detail": f"{calls} model call(s) captured" if ok else (result.error or result.status.value)})
             bars.advance(bar)
+        bars.update(bar, detail="done")
     return rows
