@@ -2,7 +2,7 @@
 plain packed arrays, read in place) and version 3 (the "compact" layout, the default) on 10k /
 100k / 1M-token trajectories of both builders' shapes, in one run.
 
-    .venv/bin/python bench/blob_bench.py [--sizes 10000,100000,1000000] [--messages]
+    .venv/bin/python bench/blob_bench.py [--sizes 10000,100000,1000000] [--messages] [--quick] [--json]
 
 Shapes (ids uniform over a 151,936-token vocabulary, logprobs float32 values as engines give):
 - ``prefix_merging``: one merged conversation, 2 % prompt, then sampled turns (mask 1, real
@@ -15,6 +15,10 @@ conversation text (about 4 characters per token) to every trace, as real results
 without it the blobs hold token data only. "numpy" is ``decode_arrays`` with every array of every
 trace read (ids, mask, logprobs, sampled logprobs): the expansion the compact layout needs
 included. Times are the best of a few runs.
+
+``--quick``: the goals' case only (the compact layout of a merged 1M-token trace; no pydantic
+decode). ``--json``: the figures with their goals as one JSON line (bench/figures.py), the table
+on stderr. Goals (issue 12): <= 4.5 bytes/token and < 10 ms to numpy, v3, merged 1M tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from bench.figures import emit, figure  # noqa: E402
 from pipeline.blobs import decode_arrays, decode_result, encode_result  # noqa: E402
 from pipeline.codec import pack, unpack  # noqa: E402
 from pipeline.schemas import SessionResult, TokenLogprob, Trace, Trajectory  # noqa: E402
@@ -116,21 +121,39 @@ def read_all(blob: bytes) -> int:
     return n
 
 
-def measure(result: SessionResult, repeat: int) -> dict[str, Any]:
-    blobs = {"v1": pack(result), "v2": encode_result(result, "aligned"), "v3": encode_result(result, "compact")}
-    n = tokens_in(result)
-    out: dict[str, Any] = {"tokens": n}
+VERSIONS = ("v1", "v2", "v3")
+
+
+def measure(result: SessionResult, repeat: int, versions: tuple[str, ...] = VERSIONS,
+            pydantic: bool = True) -> dict[str, Any]:
     encoders = {"v1": lambda: pack(result), "v2": lambda: encode_result(result, "aligned"),
                 "v3": lambda: encode_result(result, "compact")}
-    for v, blob in blobs.items():
+    n = tokens_in(result)
+    out: dict[str, Any] = {"tokens": n}
+    for v in versions:
+        blob = encoders[v]()
         out[v] = {
             "bpt": len(blob) / n,
             "enc": best_ms(encoders[v], repeat),
             # v1: what consumers did before v2, the pydantic model from the msgpack dump.
-            "dec": best_ms((lambda b=blob: SessionResult.model_validate(unpack(b))) if v == "v1"
-                           else (lambda b=blob: decode_result(b)), repeat),
+            "dec": None if not pydantic else best_ms((lambda b=blob: SessionResult.model_validate(unpack(b)))
+                                                     if v == "v1" else (lambda b=blob: decode_result(b)), repeat),
             "numpy": best_ms(lambda b=blob: read_all(b), max(repeat, 10)),
         }
+    return out
+
+
+GOAL_SIZE = 1_000_000
+
+
+def figures(merged_1m: dict[str, Any], messages: bool) -> list[dict[str, Any]]:
+    what = f"merged trace, {merged_1m['tokens']:,} tokens" + (", with message text" if messages else "")
+    v3 = merged_1m["v3"]
+    out = [figure("v3 bytes per token", round(v3["bpt"], 2), "B/token", what, ("<=", 4.5)),
+           figure("v3 decode to numpy, every array read", round(v3["numpy"], 2), "ms", what, ("<", 10)),
+           figure("v3 encode", round(v3["enc"], 1), "ms", what)]
+    if "v1" in merged_1m:
+        out.append(figure("v1 / v3 size", round(merged_1m["v1"]["bpt"] / v3["bpt"], 1), "x", what))
     return out
 
 
@@ -138,21 +161,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--messages", action="store_true", help="carry the conversation text too")
+    parser.add_argument("--quick", action="store_true", help="only v3 of a merged 1M-token trace (the goals)")
+    parser.add_argument("--json", action="store_true", help="the figures as one JSON line; the table on stderr")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    out = sys.stderr if args.json else sys.stdout
+    sizes = [GOAL_SIZE] if args.quick else [int(s) for s in args.sizes.split(",")]
+    shapes = (("prefix_merging", merged),) if args.quick else (("prefix_merging", merged), ("per_request", per_request))
+    versions = ("v3",) if args.quick else VERSIONS
     cols = ("bytes/token", "encode ms", "decode ms", "numpy ms")
-    print(f"{'shape':<15}{'tokens':>10} | " + " | ".join(f"{c + ' v1/v2/v3':>27}" for c in cols)
-          + " | v1/v3 bytes")
-    for shape, make in (("prefix_merging", merged), ("per_request", per_request)):
+    print(f"{'shape':<15}{'tokens':>10} | " + " | ".join(f"{c + ' ' + '/'.join(versions):>27}" for c in cols)
+          + " | v1/v3 bytes", file=out)
+    measured: dict[tuple[str, int], dict[str, Any]] = {}
+    for shape, make in shapes:
         for size in sizes:
-            m = measure(make(size, args.messages), repeat=3 if size >= 1_000_000 else 5)
+            m = measured[shape, size] = measure(make(size, args.messages), repeat=3 if size >= 1_000_000 else 5,
+                                                versions=versions, pydantic=not args.quick)
             cells = []
             for key, fmt in (("bpt", "{:.2f}"), ("enc", "{:.1f}"), ("dec", "{:.1f}"), ("numpy", "{:.2f}")):
-                cells.append(f"{' / '.join(fmt.format(m[v][key]) for v in ('v1', 'v2', 'v3')):>27}")
-            print(f"{shape:<15}{m['tokens']:>10,} | " + " | ".join(cells) + f" | {m['v1']['bpt'] / m['v3']['bpt']:>8.1f}x")
+                cells.append(f"{' / '.join('-' if m[v][key] is None else fmt.format(m[v][key]) for v in versions):>27}")
+            ratio = f"{m['v1']['bpt'] / m['v3']['bpt']:>8.1f}x" if "v1" in m else "-"
+            print(f"{shape:<15}{m['tokens']:>10,} | " + " | ".join(cells) + f" | {ratio}", file=out)
     print("v1: the pydantic dump packed (decode: SessionResult from it; numpy: arrays from it); v2: aligned "
           "layout; v3: compact layout (the default). decode = decode_result (pydantic); numpy = decode_arrays "
-          "with every array read")
+          "with every array read", file=out)
+    if args.json:
+        goal_case = measured.get(("prefix_merging", GOAL_SIZE))
+        if goal_case is None:
+            raise SystemExit(f"--json reports the goals, measured at {GOAL_SIZE:,} tokens: include it in --sizes")
+        emit("blobs", figures(goal_case, args.messages),
+             measured=[{"shape": shape, "size": size, **m} for (shape, size), m in measured.items()])
 
 
 if __name__ == "__main__":

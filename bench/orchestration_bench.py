@@ -3,6 +3,7 @@ each costs across every process (API, the five workers and their pool children, 
 the agent itself costs nothing.
 
     .venv/bin/python bench/orchestration_bench.py [--sessions 500] [--tasks 50] [--events] [--profile]
+                                                 [--quick] [--json]
 
 Input: ``--sessions`` sessions in ``--tasks`` tasks submitted at once through the API, each
 session's agent a ``custom_shell`` ``true`` in the local runtime, the ``per_request`` builder
@@ -16,13 +17,13 @@ Prints sessions/s (first submit to last terminal), CPU ms per session summed ove
 and per process, and Redis commands per session (INFO commandstats). ``--events`` turns Celery
 task events on in every worker (what ``polar up`` does when Flower is started) to measure what
 they cost; ``--profile`` samples every worker with py-spy (``pip install py-spy``) and prints the
-top functions by own time.
+top functions by own time. ``--quick``: 200 sessions in 20 tasks. ``--json``: the figures with
+their goals (>= 50 sessions/s, <= 20 ms CPU per session) as one JSON line (bench/figures.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis  # noqa: E402
 
+from bench.figures import emit, figure  # noqa: E402
 from infra.stack import Stack, StackConfig  # noqa: E402
 from pipeline.client import RolloutClient  # noqa: E402
 from pipeline.keys import RESULTS_STREAM  # noqa: E402
@@ -154,8 +156,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50)
     parser.add_argument("--events", action="store_true", help="Celery task events on (what Flower needs)")
     parser.add_argument("--profile", action="store_true", help="sample every worker with py-spy")
+    parser.add_argument("--quick", action="store_true", help="200 sessions in 20 tasks")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
+    if args.quick:
+        args.sessions, args.tasks = 200, 20
     home = bench_home()
     settings = Settings(home=home, ready_capacity=16, task_events=args.events)
     config = StackConfig(settings=settings, upstream="fake", components=("api", "workers"), supervise=False)
@@ -197,7 +202,15 @@ def main() -> None:
                    "redis_commands_per_session": round(sum(commands.values()), 1),
                    "redis_commands_by_name": {k: round(v, 2) for k, v in sorted(commands.items(), key=lambda kv: -kv[1])}}
         if args.json:
-            print(json.dumps(figures))
+            measured_on = (f"{n} no-op sessions in {args.tasks} tasks, local runtime, all stages, "
+                           f"{os.cpu_count()} cores" + (", task events on" if args.events else ""))
+            emit("orchestration", [
+                figure("sessions per second", figures["sessions_per_s"], "sessions/s", measured_on, (">=", 50)),
+                figure("CPU per session, all processes", figures["cpu_ms_per_session"], "ms", measured_on,
+                       ("<=", 20)),
+                figure("Redis commands per session", figures["redis_commands_per_session"], "commands",
+                       measured_on),
+            ], **figures)
         else:
             print(f"{n} no-op sessions in {args.tasks} tasks, events {'on' if args.events else 'off'}: "
                   f"{figures['sessions_per_s']} sessions/s ({wall:.1f} s), "
@@ -207,12 +220,13 @@ def main() -> None:
                 print(f"  {name:<18}{ms:>8.2f} ms CPU/session")
             print("  Redis commands per session: " + ", ".join(
                 f"{k} {v}" for k, v in list(figures["redis_commands_by_name"].items())[:16]))
-        for name, raw in sorted(raws.items()):
+        for name, raw in sorted(raws.items()):  # with --json on stderr: the JSON line stays the last
             shares, ours = breakdown(raw)
             print(f"\n{name} (py-spy, samples holding the GIL): " +
-                  ", ".join(f"{k} {v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])))
+                  ", ".join(f"{k} {v:.0f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])),
+                  file=sys.stderr if args.json else sys.stdout)
             for frame, pct in ours:
-                print(f"  {pct:5.1f}%  {frame}")
+                print(f"  {pct:5.1f}%  {frame}", file=sys.stderr if args.json else sys.stdout)
     if not args.profile:
         shutil.rmtree(home, ignore_errors=True)
 

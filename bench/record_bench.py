@@ -1,18 +1,24 @@
 """The cost of converting and recording one completion whose prompt is 32k tokens, per provider.
 
-    .venv/bin/python bench/record_bench.py [--redis-url URL]
+    .venv/bin/python bench/record_bench.py [--redis-url URL] [--quick] [--json]
+
+``--quick``: the median of 10 runs instead of 30. ``--json``: the figures with their goal
+(< 5 ms convert + record) as one JSON line (bench/figures.py), the table on stderr.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.figures import emit, figure  # noqa: E402
 from proxy import upstream  # noqa: E402
 from proxy.capture import build_record  # noqa: E402
 from proxy.providers import PROVIDERS, turn_from_chat  # noqa: E402
@@ -76,7 +82,10 @@ def one(provider_name: str, body: dict, answer_bytes: bytes) -> tuple[float, flo
     return (t1 - t0) * 1000, (t2 - t1) * 1000, record
 
 
-def record_costs(redis_url: str | None = None, repeat: int = 30) -> None:
+def record_costs(redis_url: str | None = None, repeat: int = 30, out: TextIO | None = None) -> list[dict[str, Any]]:
+    """Prints the table (to ``out``, default stdout); returns the figures."""
+    out = out or sys.stdout
+    figures = []
     answer = json.dumps(engine_answer()).encode()
     client = None
     if redis_url:
@@ -84,7 +93,7 @@ def record_costs(redis_url: str | None = None, repeat: int = 30) -> None:
 
         client = redis.Redis.from_url(redis_url)
     print(f"\nconvert + record one completion, {PROMPT_TOKENS}-token prompt, {RESPONSE_TOKENS}-token answer "
-          f"(median of {repeat}; goal < 5 ms):")
+          f"(median of {repeat}; goal < 5 ms):", file=out)
     for name, body in requests().items():
         parse_ms, conv_ms, write_ms = [], [], []
         for _ in range(repeat):
@@ -97,11 +106,25 @@ def record_costs(redis_url: str | None = None, repeat: int = 30) -> None:
                 write_ms.append((time.perf_counter() - t) * 1000)
         write = f", Redis write {statistics.median(write_ms):.2f} ms" if write_ms else ""
         print(f"  {name:17} convert+record {statistics.median(conv_ms):.2f} ms (record {len(record) / 1024:.0f} kB)"
-              f"; parsing the engine's JSON answer {statistics.median(parse_ms):.2f} ms{write}")
+              f"; parsing the engine's JSON answer {statistics.median(parse_ms):.2f} ms{write}", file=out)
+        figures.append(figure(f"{name}: convert + record", round(statistics.median(conv_ms), 2), "ms",
+                              f"{PROMPT_TOKENS // 1024}k-token prompt ({len(json.dumps(body)) // 1024} kB request), "
+                              f"{RESPONSE_TOKENS}-token answer, median of {repeat}", ("<", 5)))
     if client is not None:
         client.delete("polar:bench:records")
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--redis-url", help="also time the record's write to this Redis")
+    ap.add_argument("--quick", action="store_true", help="median of 10 runs instead of 30")
+    ap.add_argument("--json", action="store_true", help="the figures as one JSON line; the table on stderr")
+    args = ap.parse_args()
+    figures = record_costs(args.redis_url, repeat=10 if args.quick else 30, out=sys.stderr if args.json else None)
+    if args.json:
+        emit("record", figures)
 
 
 if __name__ == "__main__":
-    url = sys.argv[sys.argv.index("--redis-url") + 1] if "--redis-url" in sys.argv else None
-    record_costs(url)
+    main()

@@ -1,7 +1,7 @@
 """Redis memory after N finished sessions (default 10,000), and what is left once raw records
 have expired.
 
-    .venv/bin/python bench/redis_memory.py [--sessions 10000] [--calls 3] [--turn-bytes 0]
+    .venv/bin/python bench/redis_memory.py [--sessions 10000] [--calls 3] [--turn-bytes 0] [--quick] [--json]
 
 Every session goes through all five stage bodies in this process (the ``memory`` runtime; an
 agent that makes ``--calls`` model calls through the proxy app in-process against the instant
@@ -10,6 +10,8 @@ conversation instead: every call after the first adds the answer and an N-byte t
 agent's context grows), so the keys are exactly what a real run leaves. The fake engine counts a
 prompt token per 4 bytes of request. Reports bytes per finished session with the results kept (24 h by default) and
 after the raw records' retention (1 h after publishing), plus any key without an expiry.
+``--quick``: 500 sessions. ``--json``: the figures (no goals: docs/sizing.md sizes from them) as
+one JSON line (bench/figures.py), the rest on stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import openai
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import emit, figure  # noqa: E402
 from infra import fake_upstream  # noqa: E402
 from infra.embedded_redis import EmbeddedRedis  # noqa: E402
 from pipeline.schemas import TaskRequest  # noqa: E402
@@ -48,7 +51,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--per-task", type=int, default=100)
     ap.add_argument("--turn-bytes", type=int, default=0, help="tool-result bytes each turn adds (0: fixed request)")
+    ap.add_argument("--quick", action="store_true", help="500 sessions")
+    ap.add_argument("--json", action="store_true", help="the figures as one JSON line; the rest on stderr")
     args = ap.parse_args()
+    if args.quick:
+        args.sessions = 500
+    out = sys.stderr if args.json else sys.stdout
     with EmbeddedRedis() as server:
         settings = Settings(home=tempfile.mkdtemp(), redis_url=server.url, upstream_url="http://engine.test",
                             proxy_url="http://proxy.test", inflight_drain_seconds=0, plugin_modules="workers.runtimes")
@@ -81,8 +89,9 @@ def main() -> None:
                 MemoryRuntime.live.pop(spec.session_id, None)
             r.delete(*[q.value for q in Stage])  # the stage messages no worker consumes here
             done += n
-            print(f"\r{done}/{args.sessions} sessions ({time.monotonic() - started:.0f}s)", end="", flush=True)
-        print()
+            print(f"\r{done}/{args.sessions} sessions ({time.monotonic() - started:.0f}s)", end="", flush=True,
+                  file=out)
+        print(file=out)
         kept = int(r.info("memory")["used_memory"]) - base
         no_ttl = sorted({k.decode().split("{")[0] for k in r.scan_iter(count=1000) if r.ttl(k) == -1})
         # What the raw records' retention removes (completion/error records, trajectories).
@@ -92,11 +101,20 @@ def main() -> None:
         after_records = int(r.info("memory")["used_memory"]) - base
     shape = (f"a conversation growing by {args.turn_bytes} bytes a turn" if args.turn_bytes
              else "2-message chat requests")
-    print(f"{args.sessions} finished sessions, {args.calls} model calls each ({shape}):")
-    print(f"  with results and raw records kept: {kept / 1e6:.1f} MB ({kept / args.sessions / 1024:.1f} KiB/session)")
+    print(f"{args.sessions} finished sessions, {args.calls} model calls each ({shape}):", file=out)
+    print(f"  with results and raw records kept: {kept / 1e6:.1f} MB ({kept / args.sessions / 1024:.1f} KiB/session)",
+          file=out)
     print(f"  after the raw records expire:      {after_records / 1e6:.1f} MB "
-          f"({after_records / args.sessions / 1024:.1f} KiB/session; results go at POLAR_RESULT_TTL_SECONDS)")
-    print(f"  keys without an expiry (bounded, docs/architecture.md): {', '.join(no_ttl)}")
+          f"({after_records / args.sessions / 1024:.1f} KiB/session; results go at POLAR_RESULT_TTL_SECONDS)", file=out)
+    print(f"  keys without an expiry (bounded, docs/architecture.md): {', '.join(no_ttl)}", file=out)
+    if args.json:
+        measured_on = f"{args.sessions:,} finished sessions, {args.calls} model calls each, {shape}"
+        emit("redis_memory", [
+            figure("Redis memory per session, results and raw records kept", round(kept / args.sessions / 1024, 1),
+                   "KiB", measured_on),
+            figure("Redis memory per session, after raw records expire",
+                   round(after_records / args.sessions / 1024, 1), "KiB", measured_on),
+        ], kept_bytes=kept, after_records_bytes=after_records, keys_without_expiry=no_ttl)
 
 
 if __name__ == "__main__":

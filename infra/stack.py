@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -89,10 +89,14 @@ class Stack:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
+        self._on_waiting: Callable[[list[str]], None] = lambda names: None
 
     # --- start -------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 120.0) -> "Stack":
+    def start(self, timeout: float = 120.0, on_waiting: Callable[[list[str]], None] | None = None) -> "Stack":
+        """``on_waiting``: called while starting with the children not ready yet (a progress display)."""
+        if on_waiting is not None:
+            self._on_waiting = on_waiting
         self.log_dir.mkdir(parents=True, exist_ok=True)
         s = with_tokens(self.settings)
         if not s.upload_roots:  # what tasks may upload: the examples, and where the stack was started
@@ -176,7 +180,9 @@ class Stack:
         if self.config.flower_port:
             urls["flower"] = f"http://127.0.0.1:{self.config.flower_port}/healthcheck"
         pending = dict(urls)
+        workers = [f"worker-{s.value}" for s in Stage] if "workers" in self.config.components else []
         while pending:
+            self._on_waiting(sorted(pending) + workers)
             self._check_alive()
             for name, url in list(pending.items()):
                 try:
@@ -197,6 +203,7 @@ class Stack:
             self._check_alive()
             replies = app.control.inspect(timeout=1.0).active_queues() or {}
             seen = {q["name"] for queues in replies.values() for q in queues}
+            self._on_waiting([f"worker-{s.value}" for s in Stage if s.queue not in seen])
             if want <= seen:
                 return
             if time.monotonic() > deadline:

@@ -243,10 +243,14 @@ def load_task_file(path: Path) -> dict[str, Any]:
     """Read a TaskRequest JSON file; relative ``src`` paths of upload actions resolve against
     the file's folder, so example tasks work from any working directory."""
     data = json.loads(path.read_text())
-    runtime = data.get("runtime") or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"a task is a JSON object, not {type(data).__name__}")
+    runtime = data.get("runtime")
+    runtime = runtime if isinstance(runtime, dict) else {}
     for key in ("prepare", "eval_prepare"):
-        for action in runtime.get(key) or []:
-            src = action.get("src")
+        actions = runtime.get(key)
+        for action in actions if isinstance(actions, list) else ():  # anything else: the API says what is wrong
+            src = action.get("src") if isinstance(action, dict) else None
             if isinstance(src, str) and src and not Path(src).is_absolute():
                 action["src"] = str((path.parent / src).resolve())
     return data

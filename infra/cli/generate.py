@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from infra.cli.errors import Unusable
+from infra.cli.output import console, emit_json, json_option, note, progress
 from infra.cli.state import client_settings
 
 
-@click.command()
+@click.command(epilog="Exit 2 when INSTANCES cannot be read or the API refuses a task.")
 @click.argument("instances", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--harness", required=True, help="A harness preset (codex, claude_code, ..., pi) or shell.")
 @click.option("--model", required=True, help="The model the agent sends (the proxy serves POLAR_UPSTREAM_MODEL "
@@ -24,11 +26,13 @@ from infra.cli.state import client_settings
 @click.option("--concurrency", type=int, default=16, show_default=True, help="Instances in flight at once.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Each session's budget, seconds.")
 @click.option("--parquet", is_flag=True, help="Also write trajectories.parquet.")
+@json_option
 def generate(instances: Path, harness: str, model: str, out: Path, image_template: str | None, samples: int,
-             min_reward: float, no_refresh: bool, concurrency: int, timeout: float, parquet: bool) -> None:
+             min_reward: float, no_refresh: bool, concurrency: int, timeout: float, parquet: bool,
+             as_json: bool) -> None:
     """Run every instance of INSTANCES (JSONL) through the pipeline; keep what the evaluation
     accepts in OUT/trajectories.jsonl; resumable (OUT/state.jsonl)."""
-    from rich.progress import Progress
+    from rich.table import Table
 
     from infra import generate as gen
     from pipeline.client import RolloutClient, RolloutError
@@ -39,16 +43,16 @@ def generate(instances: Path, harness: str, model: str, out: Path, image_templat
         objs = gen.read_instances(instances)
         tasks = {gen.instance_id(o): gen.task_for(o, run) for o in objs}
     except gen.GenerateError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise Unusable(str(exc)) from exc
     out.mkdir(parents=True, exist_ok=True)
     state = gen.read_state(out)
     todo = [o for o in objs if gen.instance_id(o) not in state]
     if state:
-        click.echo(f"resuming: {len(state)} of {len(objs)} instances already finished, skipped")
+        note(f"resuming: {len(state)} of {len(objs)} instances already finished, skipped", as_json)
     client = RolloutClient.from_settings(client_settings())
     pending, in_flight = list(todo), {}
-    with Progress() as progress:
-        bar = progress.add_task("instances", total=len(objs), completed=len(state))
+    with progress() as bars:
+        bar = bars.add_task("instances", total=len(objs), completed=len(state), detail="")
         while pending or in_flight:
             while pending and len(in_flight) < max(1, concurrency):
                 obj = pending.pop(0)
@@ -57,18 +61,29 @@ def generate(instances: Path, harness: str, model: str, out: Path, image_templat
                     client.submit(task)
                 except RolloutError as exc:
                     if "already exists" not in str(exc):  # submitted before an interruption: wait for it
-                        raise click.ClickException(f"{gen.instance_id(obj)}: {exc}") from exc
+                        raise Unusable(f"{gen.instance_id(obj)}: {exc}") from exc
                 in_flight[task["task_id"]] = obj
             for task_id, obj in list(in_flight.items()):
                 if client.status(task_id, results=False).status.is_terminal():
                     results = client.status(task_id).results
                     state[gen.instance_id(obj)] = gen.record(out, obj, results, min_reward)
                     del in_flight[task_id]
-                    progress.advance(bar)
+                    bars.advance(bar)
+            bars.update(bar, detail=f"{len(in_flight)} in flight")
             time.sleep(0.5)
-    click.echo(f"{'repository':30} {'attempts':>8} {'accepted':>8} {'rate':>6}")
-    for repo, attempts, accepted, rate in gen.acceptance_table(state):
-        click.echo(f"{repo:30} {attempts:>8} {accepted:>8} {rate:>6.1%}")
-    if parquet:
-        click.echo(f"wrote {gen.write_parquet(out)}")
+    rows = gen.acceptance_table(state)
+    written = gen.write_parquet(out) if parquet else None
+    if as_json:
+        emit_json({"acceptance": [{"repository": repo, "attempts": a, "accepted": ok, "rate": rate}
+                                  for repo, a, ok, rate in rows],
+                   "trajectories": str(out / gen.DATA_FILE), "parquet": written and str(written)})
+        return
+    table = Table(title="accepted trajectories")
+    for col, justify in (("repository", "left"), ("attempts", "right"), ("accepted", "right"), ("rate", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for repo, attempts, accepted, rate in rows:
+        table.add_row(repo, str(attempts), str(accepted), f"{rate:.1%}")
+    console.print(table)
+    if written:
+        click.echo(f"wrote {written}")
     click.echo(f"trajectories: {out / gen.DATA_FILE}")

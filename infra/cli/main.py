@@ -14,12 +14,14 @@ from pathlib import Path
 
 import click
 
+from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable
+from infra.cli.output import emit_json, json_option
 from infra.cli.state import client_settings
 from pipeline.settings import Settings
 from pipeline.status import Stage
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PolarGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 def cli() -> None:
     """polar-rollout: RL rollouts on unmodified agent harnesses."""
 
@@ -121,32 +123,47 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -> None:
     """Beyond loopback, a control surface without its secret is open to the network: refuse."""
     if secret is None and host not in LOOPBACK and not host.startswith("127."):
-        raise click.ClickException(f"refusing to expose {what} on {host} without {variable}: set it, "
+        raise Unusable(f"refusing to expose {what} on {host} without {variable}: set it, "
                                    "or bind to 127.0.0.1")
 
 
 # --- tasks -------------------------------------------------------------------------------------
 
-@cli.command()
+@cli.command(epilog="Exit 0 when every session completed (with --wait), 1 when one did not or the wait "
+                     "timed out, 2 when the API refuses the payload (its field errors are printed).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--wait/--no-wait", default=False, help="Follow progress and print a summary.")
 @click.option("--timeout", type=float, default=None)
-def submit(file: Path, wait: bool, timeout: float | None) -> None:
+@json_option
+def submit(file: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Submit a TaskRequest JSON file (relative upload paths resolve against its folder)."""
-    from infra.cli.render import follow
+    from infra.cli.render import follow, task_summary
     from pipeline.client import RolloutClient, load_task_file
 
+    try:
+        task = load_task_file(file)
+    except (ValueError, UnicodeDecodeError) as exc:  # not JSON, or not a JSON object
+        raise Unusable(f"{file}: not a task payload: {exc}") from exc
     client = RolloutClient.from_settings(client_settings())
-    task_id = client.submit(load_task_file(file))
-    click.echo(task_id)
-    if wait:
-        status = follow(client, task_id, timeout=timeout)
-        sys.exit(0 if status.counts.get("COMPLETED", 0) == status.total_sessions else 1)
+    task_id = client.submit(task)
+    if not wait:
+        emit_json({"task_id": task_id}) if as_json else click.echo(task_id)
+        return
+    if not as_json:
+        click.echo(task_id)
+    try:
+        status = follow(client, task_id, timeout=timeout, tables=not as_json)
+    except TimeoutError as exc:
+        raise BadOutcome(str(exc)) from exc
+    if as_json:
+        emit_json(task_summary(status))
+    if status.counts.get("COMPLETED", 0) != status.total_sessions:
+        sys.exit(1)
 
 
 @cli.command()
 @click.argument("task_id", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Raw JSON.")
+@json_option
 def status(task_id: str | None, as_json: bool) -> None:
     """Pipeline status, or one task's sessions."""
     from infra.cli.render import print_pipeline, print_task
@@ -155,7 +172,7 @@ def status(task_id: str | None, as_json: bool) -> None:
     client = RolloutClient.from_settings(client_settings())
     if task_id is None:
         data = client.pipeline_status()
-        click.echo(json.dumps(data, indent=2)) if as_json else print_pipeline(data)
+        emit_json(data) if as_json else print_pipeline(data)
         return
     st = client.status(task_id, results=False)
     click.echo(st.model_dump_json(indent=2)) if as_json else print_task(st)
@@ -171,6 +188,7 @@ def cancel(task_id: str) -> None:
 
 
 def _register_subcommands() -> None:
+    from infra.cli.bench import bench
     from infra.cli.generate import generate
     from infra.cli.harnesses import harnesses
     from infra.cli.model import model
@@ -187,31 +205,15 @@ def _register_subcommands() -> None:
     cli.add_command(tools)
     cli.add_command(harnesses)
     cli.add_command(generate)
+    cli.add_command(bench)
 
 
 _register_subcommands()
 
+
 def main() -> None:
-    """Entry point: client errors become one readable line instead of a traceback."""
-    try:
-        cli(standalone_mode=True)
-    except Exception as exc:
-        # Imported only now: `polar proxy` must patch with gevent before redis/ssl load.
-        import httpx
-
-        from pipeline.client import RolloutError
-
-        if isinstance(exc, RolloutError):
-            fields = (exc.body.get("error") or {}).get("fields") if isinstance(exc.body, dict) else None
-            click.echo(f"error: {exc}", err=True)
-            for f in fields or []:
-                click.echo(f"  {f['field']}: {f['message']}", err=True)
-            sys.exit(2)
-        if isinstance(exc, httpx.ConnectError):
-            click.echo(f"error: cannot reach the rollout API ({exc}); is `polar up` running, "
-                       "or POLAR_API_URL set?", err=True)
-            sys.exit(2)
-        raise
+    """Entry point; errors and exit codes are the group's (infra/cli/errors.py)."""
+    cli(standalone_mode=True)
 
 
 if __name__ == "__main__":

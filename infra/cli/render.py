@@ -1,45 +1,47 @@
-"""Terminal output: a progress bar while a task runs, tables when it is done."""
+"""Terminal output of tasks: a progress bar (stderr) while one runs, tables (stdout) when it is
+done, and the same data as JSON for ``--json``."""
 
 from __future__ import annotations
 
-import sys
 import time
 from statistics import mean
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from infra.cli.output import console, progress
 from pipeline.client import RolloutClient
 from pipeline.schemas import TaskStatus
 
-# Rich assumes 80 columns when output is not a terminal (CI logs, pipes); the tables need more.
-console = Console() if sys.stdout.isatty() else Console(width=140)
 STAGE_COLUMNS = ("queue", "init", "ready_wait", "run", "postrun", "evaluate", "total")
 
 
 def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
-           poll_seconds: float = 0.5) -> TaskStatus:
-    """Show a progress bar until the task ends, then the summary; returns the final status."""
+           poll_seconds: float = 0.5, tables: bool = True) -> TaskStatus:
+    """Show a progress bar until the task ends, then (``tables``) the summary; returns the final
+    status. Raises TimeoutError after ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=console,
-                  transient=False) as progress:
+    with progress() as bars:
         bar = None
         while True:
             st = client.status(task_id, results=False)
             if bar is None:
-                bar = progress.add_task(task_id, total=st.total_sessions, counts="")
+                bar = bars.add_task(task_id, total=st.total_sessions, detail="")
             counts = " ".join(f"{k.lower()}={v}" for k, v in sorted(st.counts.items()))
-            progress.update(bar, completed=st.finished_sessions, counts=counts)
+            bars.update(bar, completed=st.finished_sessions, detail=counts)
             if st.status.is_terminal():
                 break
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"task {task_id} not finished after {timeout}s")
+                raise TimeoutError(f"task {task_id} not finished after {timeout:g}s ({counts or 'no session done'})")
             time.sleep(poll_seconds)
-    print_task(st)
+    if tables:
+        print_task(st)
     return st
+
+
+def task_summary(st: TaskStatus) -> dict[str, Any]:
+    """What print_task shows, as JSON: the status with its sessions, and the mean time per stage."""
+    return {**st.model_dump(mode="json"), "mean_stage_ms": stage_split(st)}
 
 
 def print_task(st: TaskStatus) -> None:

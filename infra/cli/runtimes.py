@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from infra.cli.errors import Unusable
+from infra.cli.output import emit_json, json_option
 from infra.cli.state import client_settings
 
 
@@ -18,7 +20,8 @@ def runtimes() -> None:
 @click.option("--stack-gone", is_flag=True,
               help="Redis is gone with its stack: treat every session as over and remove everything "
                    "under this host's runtime folder.")
-def sweep(min_age: float, stack_gone: bool) -> None:
+@json_option
+def sweep(min_age: float, stack_gone: bool, as_json: bool) -> None:
     """Remove the runtimes of sessions that are over or unknown (the workers do this on their
     own every reaper pass; this is for a host whose stack was lost)."""
     from pipeline.stores import Stores
@@ -30,10 +33,13 @@ def sweep(min_age: float, stack_gone: bool) -> None:
         status_of = lambda _sid: None  # noqa: E731
     else:
         if not settings.redis_url:
-            raise click.UsageError("no Redis to ask which sessions are live (is `polar up` running, or "
-                                   "POLAR_REDIS_URL set?); --stack-gone removes everything instead")
+            raise Unusable("no Redis to ask which sessions are live (is `polar up` running, or "
+                           "POLAR_REDIS_URL set?); --stack-gone removes everything instead")
         status_of = Stores.open(connect(settings, mode="quick"), settings).sessions.status
     removed = sweeper.sweep(RuntimeHost.of(settings), status_of, min_age=min_age)
+    if as_json:
+        emit_json({"runtime_root": str(settings.runtime_root), "removed": list(removed)})
+        return
     for name in removed:
         click.echo(f"removed {name}")
     click.echo(f"{len(removed)} removed from {settings.runtime_root}")

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-import click
-
+from infra.cli.output import progress
 from pipeline.client import RolloutClient
 from pipeline.settings import Settings
 
 INSTRUCTION = "Reply with the single word DONE and nothing else. Do not use any tool."
 
 
-def smoke_sessions(settings: Settings, harnesses: list[str], timeout: float) -> int:
-    """Submit one single-session task per harness; returns how many failed."""
+def smoke_sessions(settings: Settings, harnesses: list[str], timeout: float) -> list[dict[str, Any]]:
+    """Submit one single-session task per harness and wait for them (a progress bar on stderr);
+    one row per harness: ok, the session, what it captured or why it failed."""
     from infra.stack import SMOKE_POLICY
 
-    if not settings.api_url:
-        click.echo("smoke test skipped: no running stack (start `polar up`)")
-        return 0
     client = RolloutClient.from_settings(settings)
     # Against the reference model the smoke policy answers; against a real engine, its model does.
     model = settings.upstream_model or SMOKE_POLICY
@@ -27,12 +25,17 @@ def smoke_sessions(settings: Settings, harnesses: list[str], timeout: float) -> 
         "timeout_seconds": timeout, "agent": {"harness": name, "model_name": model},
         "evaluator": {"strategy": "session_completed"}, "metadata": {"doctor": True},
     }) for name in harnesses}
-    failed = 0
-    for name, task_id in tasks.items():
-        result = client.wait(task_id, timeout=timeout + 60, poll_seconds=0.5).results[0]
-        calls = result.trajectory.metadata.get("completions", 0) if result.trajectory else 0
-        ok = result.status.value == "COMPLETED" and calls >= 1
-        failed += not ok
-        detail = f"{calls} model call(s) captured" if ok else (result.error or result.status.value)
-        click.echo(f"{name:12} {'ok ' if ok else 'BAD'} smoke session {result.session_id}: {detail[:300]}")
-    return failed
+    rows = []
+    with progress() as bars:
+        bar = bars.add_task("smoke sessions", total=len(tasks), detail="")
+        for name, task_id in tasks.items():
+            bars.update(bar, detail=name)
+            result = client.wait(task_id, timeout=timeout + 60, poll_seconds=0.5).results[0]
+            calls = result.trajectory.metadata.get("completions", 0) if result.trajectory else 0
+            ok = result.status.value == "COMPLETED" and calls >= 1
+            rows.append({"harness": name, "ok": ok, "session_id": result.session_id, "status": result.status.value,
+                         "model_calls": calls,
+                         "detail": f"{calls} model call(s) captured" if ok else (result.error or result.status.value)})
+            bars.advance(bar)
+        bars.update(bar, detail="done")
+    return rows

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from infra.cli.errors import INTERRUPTED, Unusable
+from infra.cli.output import emit_json, json_option, note
 from infra.cli.state import up_state_file, write_up_state
 from infra.tokens import tokens_file
 from pipeline.settings import Settings
@@ -36,6 +38,28 @@ def _policies(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _start(stack) -> None:
+    """Start the stack with a progress bar (stderr) naming what is still starting; a stack that
+    cannot start is a configuration problem (exit 2), its error shown."""
+    from infra.cli.output import progress
+
+    with progress() as bars:
+        bar = bars.add_task("starting", total=None, detail="")
+        total: list[int] = []
+
+        def waiting(names: list[str]) -> None:
+            if not total:
+                total.append(len(names))
+                bars.update(bar, total=len(names))
+            bars.update(bar, completed=total[0] - len(names), detail="waiting for " + ", ".join(names))
+
+        try:
+            stack.start(on_waiting=waiting)
+        except (RuntimeError, TimeoutError) as exc:
+            raise Unusable(f"the stack did not start: {exc}\n(logs: {stack.log_dir})") from exc
+        bars.update(bar, completed=total[0] if total else 1, total=total[0] if total else 1, detail="all ready")
+
+
 def _sigterm_as_interrupt() -> None:
     def handler(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
@@ -43,7 +67,8 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-@click.command()
+@click.command(epilog="Ctrl-C (or SIGTERM) stops everything and exits 0; exit 2 when the stack cannot start, "
+                      "130 when interrupted while it starts.")
 @click.option("--flower-port", type=int, default=None, help="Also start Flower on this port.")
 @click.option("--policy", "policies", multiple=True, metavar="NAME=FILE",
               help="Serve a scripted policy as model NAME (repeatable).")
@@ -55,8 +80,10 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     settings = Settings.from_env()
     stack = _stack(settings, _policies(policies), flower_port, not no_model, fixed_ports=True, persist=True)
     click.echo("starting ...")
+    ready = False
     try:
-        stack.start()
+        _start(stack)
+        ready = True
         write_up_state(stack.settings, stack.state())
         for k, v in stack.state().items():
             click.echo(f"  {k:13} {v}")
@@ -74,14 +101,18 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     finally:
         stack.stop()
         up_state_file(stack.settings).unlink(missing_ok=True)
+    if not ready:
+        sys.exit(INTERRUPTED)
 
 
-@click.command()
+@click.command(epilog="Exit 0 when every session completed, 1 when one did not, 2 when the stack cannot "
+                      "start, 130 when interrupted.")
 @click.option("--samples", type=int, default=4, show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True)
-def demo(samples: int, timeout: float) -> None:
+@json_option
+def demo(samples: int, timeout: float, as_json: bool) -> None:
     """Start the stack, run the example agent on an example task, print what happened."""
-    from infra.cli.render import console, follow
+    from infra.cli.render import follow, task_summary
     from infra.refserver import build_tiny_model
     from pipeline.client import RolloutClient, load_task_file
 
@@ -89,26 +120,25 @@ def demo(samples: int, timeout: float) -> None:
     started = time.monotonic()
     task_file = EXAMPLES / "demo_task.json"
     if not task_file.exists():
-        raise click.ClickException(f"{task_file} not found: run `polar demo` from a source checkout")
+        raise Unusable(f"{task_file} not found: run `polar demo` from a source checkout")
     settings = Settings.from_env()
     if settings.redis_url is None:
-        console.print("redis: embedded (no POLAR_REDIS_URL)")
+        note("redis: embedded (no POLAR_REDIS_URL)", as_json)
     t = time.monotonic()
     model_dir = build_tiny_model(settings.model_dir)
-    console.print(f"model: {model_dir} ({time.monotonic() - t:.1f}s)")
+    note(f"model: {model_dir} ({time.monotonic() - t:.1f}s)", as_json)
     stack = _stack(settings, {"demo-policy": str(EXAMPLES / "demo_policy.json")}, None, True, False)
-    ok = False
+    ok, interrupted, summary = False, False, {}
     try:
         t = time.monotonic()
-        stack.start()
-        console.print(f"stack up in {time.monotonic() - t:.1f}s: api {stack.settings.api_url}, "
-                      f"proxy {stack.settings.proxy_url}, model {stack.settings.upstream_url}; "
-                      f"logs in {stack.log_dir}")
+        _start(stack)
+        note(f"stack up in {time.monotonic() - t:.1f}s: api {stack.settings.api_url}, "
+             f"proxy {stack.settings.proxy_url}, model {stack.settings.upstream_url}; logs in {stack.log_dir}", as_json)
         client = RolloutClient.from_settings(stack.settings)
         task = load_task_file(task_file)
         task.update(num_samples=samples, task_id=f"demo-{uuid.uuid4().hex[:8]}")
         task_id = client.submit(task)
-        status = follow(client, task_id, timeout=timeout)
+        status = follow(client, task_id, timeout=timeout, tables=not as_json)
         received = []
         for item in client.results(group=f"demo-{task_id}", consumer="demo", block_ms=500, stop_after=5):
             if item.result.task_id == task_id:
@@ -118,13 +148,20 @@ def demo(samples: int, timeout: float) -> None:
                 break
         completed = [r for r in received if r.status.value == "COMPLETED"]
         rewards = sorted({r.reward for r in received if r.reward is not None})
-        console.print(f"results stream: {len(received)} msgpack results received by a trainer consumer group; "
-                      f"rewards {rewards}")
+        note(f"results stream: {len(received)} msgpack results received by a trainer consumer group; "
+             f"rewards {rewards}", as_json)
         ok = len(completed) == samples == status.counts.get("COMPLETED", 0)
-        console.print(f"[bold]{len(completed)}/{samples} sessions completed[/bold]")
+        note(f"[bold]{len(completed)}/{samples} sessions completed[/bold]", as_json)
+        summary = {"task": task_summary(status), "samples": samples, "completed": len(completed),
+                   "results_received": len(received), "rewards": rewards, "ok": ok}
     except KeyboardInterrupt:
-        console.print("interrupted")
+        interrupted = True
+        note("interrupted", as_json)
+    except TimeoutError as exc:  # the task outlived --timeout: the outcome is bad, not the input
+        note(f"error: {exc}", as_json)
     finally:
         stack.stop()
-        console.print(f"demo wall time: {time.monotonic() - started:.1f}s")
-    sys.exit(0 if ok else 1)
+        note(f"demo wall time: {time.monotonic() - started:.1f}s", as_json)
+    if as_json and summary:
+        emit_json({**summary, "wall_s": round(time.monotonic() - started, 1)})
+    sys.exit(INTERRUPTED if interrupted else 0 if ok else 1)

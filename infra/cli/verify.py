@@ -8,11 +8,14 @@ from pathlib import Path
 
 import click
 
+from infra.cli.errors import Unusable
+from infra.cli.output import emit_json, json_option, progress
 from infra.cli.state import client_settings
 from pipeline.settings import Settings
 
 
-@click.command()
+@click.command(epilog="Exit 0 when every trainable token checks out, 1 on a violation (or an unscored trace), "
+                      "2 when the task, the file or the engine cannot be read or reached.")
 @click.option("--task", "task_id", default=None, help="Verify this task's results (fetched from the API).")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A SessionResult or TaskStatus as JSON (or a msgpack SessionResult).")
@@ -21,30 +24,37 @@ from pipeline.settings import Settings
 @click.option("--engine", default=None, help="Engine dialect: vllm, sglang (default: POLAR_UPSTREAM_ENGINE).")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True)
 @click.option("--fail-on-drift", is_flag=True, help="Drifted merged turns count as violations.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def verify(task_id: str | None, path: Path | None, upstream: str | None, model: str | None, engine: str | None,
            tolerance: float, fail_on_drift: bool, as_json: bool) -> None:
     """Exit non-zero when a trainable token is not what the policy sampled with its logprob."""
-    from proxy.verify import Verifier
+    from proxy.verify import Report, Verifier
 
     if (task_id is None) == (path is None):
         raise click.UsageError("give exactly one of --task or --file")
     settings = client_settings()
-    results = _load(task_id, path, settings)
+    results = [r for r in _load(task_id, path, settings) if r.trajectory is not None]
     verifier = Verifier(upstream or settings.upstream_url, model, engine=engine or settings.upstream_engine,
                         tolerance=tolerance, fail_on_drift=fail_on_drift)
-    ok, out = True, []
-    for result in results:
-        report = verifier.verify(result.trajectory, _records(settings, result.session_id))
-        ok = ok and report.ok
-        if as_json:
-            out.append({"session_id": result.session_id, **report.as_dict()})
-        else:
+    reports = []
+    with progress() as bars:  # one scoring request per trace: the long wait
+        bar = bars.add_task("traces scored", total=sum(len(r.trajectory.traces) for r in results), detail="")
+        for result in results:
+            records = _records(settings, result.session_id)
+            by_id = {r.completion_id: r for r in records} if records is not None else None
+            traces = []
+            for i, trace in enumerate(result.trajectory.traces):
+                bars.update(bar, detail=f"session {result.session_id[-12:]}")
+                traces.append(verifier.verify_trace(i, trace, by_id))
+                bars.advance(bar)
+            reports.append((result, Report(traces, tolerance, fail_on_drift)))
+    if as_json:
+        emit_json([{"session_id": result.session_id, **report.as_dict()} for result, report in reports])
+    else:
+        for result, report in reports:
             click.echo(f"session {result.session_id} ({result.status.value}, "
                        f"{result.trajectory.metadata.get('builder', '?')}):\n{report.summary()}")
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if all(report.ok for _, report in reports) else 1)
 
 
 def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
@@ -57,12 +67,16 @@ def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
         return RolloutClient.from_settings(settings).status(task_id, results=True).results
     raw = path.read_bytes()  # type: ignore[union-attr]
     try:
-        data = json.loads(raw)
-    except ValueError:
-        data = unpack(raw)
-    if "results" in data and "task_id" in data and "session_id" not in data:
-        return TaskStatus.model_validate(data).results
-    return [SessionResult.model_validate(data)]
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = unpack(raw)
+        if isinstance(data, dict) and "results" in data and "task_id" in data and "session_id" not in data:
+            return TaskStatus.model_validate(data).results
+        return [SessionResult.model_validate(data)]
+    except Exception as exc:  # noqa: BLE001 - whatever the file holds, the answer is "not a result"
+        raise Unusable(f"{path}: not a SessionResult or TaskStatus (JSON or msgpack): "
+                       f"{str(exc).splitlines()[0][:300]}") from exc
 
 
 def _records(settings: Settings, session_id: str) -> list | None:

@@ -76,21 +76,37 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         task["runtime"]["prepare"][0]["src"] = str(EXAMPLES / "bash_agent.py")
         task_file = tmp_path / "task.json"
         task_file.write_text(json.dumps(task))
-        sub = polar("submit", str(task_file), "--wait", "--timeout", "120", env=cli_env)
+        sub = polar("submit", str(task_file), "--wait", "--timeout", "120", "--json", env=cli_env)
         assert sub.returncode == 0, sub.stdout + sub.stderr
-        assert "COMPLETED" in sub.stdout and "mean time per stage" in sub.stdout
-        task_id = sub.stdout.splitlines()[0].strip()
+        summary = json.loads(sub.stdout)  # stdout is the JSON alone; the progress bar went to stderr
+        task_id = summary["task_id"]
+        assert summary["counts"] == {"COMPLETED": 2} and len(summary["sessions"]) == 2
+        assert summary["mean_stage_ms"]["run"] > 0 and summary["mean_stage_ms"]["total"] >= summary["mean_stage_ms"]["run"]
+        assert task_id in sub.stderr  # the bar's final state
+        human = polar("status", task_id, env=cli_env)
+        assert "COMPLETED" in human.stdout and "mean time per stage" in human.stdout
         st = polar("status", task_id, "--json", env=cli_env)
         assert json.loads(st.stdout)["counts"] == {"COMPLETED": 2}
         pipe = polar("status", "--json", env=cli_env)
         assert json.loads(pipe.stdout)["ready"]["capacity"] > 0
+        ver = polar("verify", "--task", task_id, "--model", "demo-policy", "--json", env=cli_env)
+        assert ver.returncode == 0, ver.stdout + ver.stderr
+        reports = json.loads(ver.stdout)
+        assert len(reports) == 2 and all(rep["ok"] and rep["traces"] for rep in reports)
+        assert "traces scored" in ver.stderr
+        sweep = polar("runtimes", "sweep", "--json", env=cli_env)  # Redis found through up.json
+        assert sweep.returncode == 0 and json.loads(sweep.stdout)["removed"] == [], sweep.stderr
+        # A payload the API refuses: exit 2, its field errors listed, no traceback.
         bad = polar("submit", str(EXAMPLES / "demo_policy.json"), env=cli_env)
-        assert bad.returncode != 0 and "instruction" in (bad.stdout + bad.stderr)
+        assert bad.returncode == 2 and "\n  instruction: " in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        gone = polar("status", "no-such-task", env=cli_env)
+        assert gone.returncode == 2 and "404" in gone.stderr
     finally:
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0, out
     assert "stopping" in out and not any(secret in out for secret in tokens.values())  # never printed
+    assert "all ready" in out  # the start-up progress bar's final state (stderr is not a terminal here)
     wait_for(lambda: not any(alive(p) for p in children), timeout=10)
     assert not (tmp_path / "up.json").exists()
     for url in (state["api_url"], env["POLAR_PROXY_URL"]):

@@ -1,0 +1,157 @@
+"""The CLI without a stack (click's CliRunner): --json output parsed, exit codes, errors as one
+message. The commands that need a running stack are in tests/e2e/test_cli.py."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from infra.cli.main import cli
+from infra.embedded_redis import free_port
+from infra.harness_tools import HARNESS_CLIS
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A home of its own, and nothing listening where the API, proxy, engine and Redis would be."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    return {"POLAR_HOME": str(tmp_path), "POLAR_API_URL": dead, "POLAR_PROXY_URL": dead, "POLAR_UPSTREAM_URL": dead,
+            "POLAR_REDIS_URL": None, "REDIS_URL": None, "POLAR_TOOLS_DIR": None, "POLAR_DOCKER_HOST": None,
+            "DOCKER_HOST": None}
+
+
+def polar(env: dict, *args: str):
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+def fake_cli(tools, name: str, version: str, script: str) -> None:
+    """A harness CLI as `polar harnesses install` lays it out: package.json and a command in bin/."""
+    package, _, command = HARNESS_CLIS[name]
+    meta = tools / "lib" / "node_modules" / package
+    meta.mkdir(parents=True)
+    (meta / "package.json").write_text(json.dumps({"name": package, "version": version}))
+    (tools / "bin").mkdir(exist_ok=True)
+    exe = tools / "bin" / command
+    exe.write_text(f"#!/bin/sh\n{script}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+
+
+def test_help_documents_the_exit_codes(env):
+    out = polar(env, "--help")
+    assert out.exit_code == 0
+    for code in ("0 ", "1 ", "2 ", "130"):
+        assert f"  {code}" in out.stdout
+    assert "benchmark goal missed" in out.stdout
+
+
+def test_harnesses_list_json_reports_what_the_tools_folder_holds(env, tmp_path):
+    fake_cli(tmp_path / "tools", "codex", "0.171.0", "echo codex-cli 0.171.0")
+    out = polar(env, "harnesses", "list", "--json")
+    assert out.exit_code == 0, out.output
+    rows = {r["harness"]: r for r in json.loads(out.stdout)}
+    assert set(rows) == set(HARNESS_CLIS)
+    assert rows["codex"]["installed"] == "0.171.0" and rows["codex"]["pinned"] == HARNESS_CLIS["codex"][1]
+    assert rows["pi"]["installed"] is None and rows["pi"]["command"] == "pi"
+
+
+def test_doctor_json_and_exit_1_when_an_installed_cli_is_broken(env, tmp_path):
+    tools = tmp_path / "tools"
+    fake_cli(tools, "codex", "0.171.0", "echo codex-cli 0.171.0")
+    fake_cli(tools, "pi", "0.73.1", "echo 'cannot load its module' >&2; exit 3")
+    out = polar(env, "harnesses", "doctor", "--no-smoke", "--json")
+    assert out.exit_code == 1, out.output
+    report = json.loads(out.stdout)  # stdout holds the JSON only; the verdict goes to stderr
+    clis = {c["harness"]: c for c in report["clis"]}
+    assert clis["codex"]["ok"] is True and "0.171.0" in clis["codex"]["detail"]
+    assert clis["pi"]["ok"] is False and "cannot load its module" in clis["pi"]["detail"]
+    assert clis["gemini_cli"]["ok"] is None and clis["gemini_cli"]["installed"] is None
+    assert report["problems"] == 1 and report["smoke"] == []
+    assert "1 problem(s)" in out.stderr
+
+
+def test_doctor_without_a_stack_to_smoke_test_against_exits_2(env, tmp_path):
+    fake_cli(tmp_path / "tools", "codex", "0.171.0", "echo codex-cli 0.171.0")
+    out = polar(env, "harnesses", "doctor", "--json")
+    assert out.exit_code == 2 and "cannot reach" in out.stderr and "Traceback" not in out.output
+
+
+def test_harnesses_install_of_an_unknown_harness_is_a_usage_error(env):
+    out = polar(env, "harnesses", "install", "vim")
+    assert out.exit_code == 2 and "unknown harness vim" in out.stderr
+
+
+def test_tools_list_json_and_exit_2_without_tools(env, tmp_path):
+    out = polar(env, "tools", "list", "--json")
+    assert out.exit_code == 2 and "has no tools yet" in out.stderr and out.stdout == ""
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "manifest.json").write_text(json.dumps({"node": "v20.1.0", "packages": ["a@1"],
+                                                                   "bins": ["a", "node"]}))
+    out = polar(env, "tools", "list", "--json")
+    assert out.exit_code == 0
+    assert json.loads(out.stdout) == {"folder": str(tmp_path / "tools"), "node": "v20.1.0", "packages": ["a@1"],
+                                      "bins": ["a", "node"]}
+    human = polar(env, "tools", "list")
+    assert "v20.1.0" in human.stdout and "a@1" in human.stdout
+
+
+def test_runtimes_sweep_json_asks_redis_which_sessions_are_live(env, tmp_path, redis_url):
+    root = tmp_path / "runtimes"
+    for name in ("sess-left-by-a-lost-stack", "sess-another"):
+        (root / name).mkdir(parents=True)
+    out = polar({**env, "POLAR_REDIS_URL": redis_url}, "runtimes", "sweep", "--min-age", "0", "--json")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)  # Redis knows neither session: both are over
+    assert report == {"runtime_root": str(root), "removed": ["sess-another", "sess-left-by-a-lost-stack"]}
+    assert not any(root.iterdir())
+
+
+def test_runtimes_sweep_without_redis_exit_2(env, tmp_path):
+    out = polar(env, "runtimes", "sweep")
+    assert out.exit_code == 2 and "--stack-gone" in out.stderr
+    (tmp_path / "runtimes" / "sess-x").mkdir(parents=True)
+    out = polar({**env, "POLAR_REDIS_URL": f"redis://127.0.0.1:{free_port()}"}, "runtimes", "sweep", "--min-age", "0")
+    assert out.exit_code == 2 and "cannot reach Redis" in out.stderr, out.output
+    assert (tmp_path / "runtimes" / "sess-x").exists()  # nothing removed on a guess
+
+
+@pytest.mark.parametrize("args", [("status",), ("status", "task-1", "--json"), ("cancel", "task-1")])
+def test_no_running_stack_is_exit_2_with_one_line(env, args):
+    out = polar(env, *args)
+    assert out.exit_code == 2 and "cannot reach" in out.stderr and "polar up" in out.stderr
+    assert "Traceback" not in out.output and out.stdout == ""
+
+
+def test_submit_of_a_file_that_is_no_task_is_exit_2(env, tmp_path):
+    for name, text in (("broken.json", "{not json"), ("list.json", "[1, 2]")):
+        (tmp_path / name).write_text(text)
+        out = polar(env, "submit", str(tmp_path / name))
+        assert out.exit_code == 2 and "not a task payload" in out.stderr, out.output
+    out = polar(env, "submit", str(tmp_path / "missing.json"))
+    assert out.exit_code == 2 and "does not exist" in out.stderr  # click's own usage error
+
+
+def test_verify_usage_and_unreadable_file_are_exit_2(env, tmp_path):
+    assert polar(env, "verify").exit_code == 2
+    (tmp_path / "r.json").write_text(json.dumps({"session_id": 3}))
+    out = polar(env, "verify", "--file", str(tmp_path / "r.json"))
+    assert out.exit_code == 2 and "not a SessionResult" in out.stderr
+
+
+def test_generate_of_unreadable_instances_is_exit_2(env, tmp_path):
+    (tmp_path / "in.jsonl").write_text("{oops\n")
+    out = polar(env, "generate", str(tmp_path / "in.jsonl"), "--harness", "pi", "--model", "m",
+                "--out", str(tmp_path / "out"), "--json")
+    assert out.exit_code == 2 and out.stdout == "", out.output
+
+
+def test_bench_only_an_unknown_name_is_a_usage_error(env):
+    out = polar(env, "bench", "--only", "merge,warp")
+    assert out.exit_code == 2 and "unknown benchmark warp" in out.stderr
+
+
+def test_refusing_an_open_bind_is_exit_2(env):
+    out = polar({**env, "POLAR_REDIS_URL": "redis://127.0.0.1:1"}, "api", "--host", "0.0.0.0")
+    assert out.exit_code == 2 and "POLAR_API_TOKEN" in out.stderr
