@@ -160,8 +160,7 @@ def _trigger_lists(so: dict) -> list[str]:
 def test_init_scales_on_every_priority_list_of_its_queue(k8s):
     from kombu.transport.redis import Channel
 
-    from pipeline.messages import init_priority
-    from pipeline.messages import PRIORITY_SEP, PRIORITY_STEPS
+    from pipeline.messages import PRIORITY_SEP, PRIORITY_STEPS, init_priority
 
     lists = _trigger_lists(_doc(k8s, "ScaledObject", "polar-worker-init"))
     # dispatch_priority 0..100 -> message priority 9..0 -> the kombu step whose list holds it
