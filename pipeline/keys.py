@@ -108,6 +108,11 @@ LEASE_OWNER = f"{PREFIX}:{{leases}}:owner"
 # task and dispatching it, a worker killed right after fetching a message) and is sent again.
 LEASE_SENT = f"{PREFIX}:{{leases}}:sent"
 
+# --- metrics (pipeline/stores/stage_metrics.py: fixed field sets, bounded) ---------------------
+
+STAGE_METRICS = f"{PREFIX}:metrics:stages"  # hash: "<stage>|<result>", "<stage>|le|<bucket>", "<stage>|sum"
+SESSION_METRICS = f"{PREFIX}:metrics:sessions"  # hash: terminal status -> sessions published
+
 # --- READY buffer ----------------------------------------------------------------------------
 
 READY_LIST = f"{PREFIX}:{{ready}}:list"  # session ids whose runtime is initialised, FIFO

@@ -126,8 +126,10 @@ class Settings(BaseSettings):
     blob_layout: Literal["compact", "aligned"] = "compact"
     results_keep_days: float = Field(default=30.0, gt=0)
     callback_attempts: int = Field(default=4, ge=1)
-    # Celery task events (what Flower shows: queued, started, finished per task).
-    task_events: bool = True
+    # Celery task events from the start (what Flower shows: received, started, finished per task).
+    # Off by default: they cost ~10 ms of CPU per session across the workers (bench/orchestration_bench.py
+    # --events), and a running Flower turns them on in every worker it sees anyway.
+    task_events: bool = False
     max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # a model call to the proxy
     # Submissions: the body, one instruction, and the instruction bytes a task stores in all
     # (each session keeps its own spec: instruction x num_samples).

@@ -110,6 +110,9 @@ def flower(port: int, address: str) -> None:
         os.environ["FLOWER_BASIC_AUTH"] = auth
     else:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")  # loopback only, see above
+    from infra.flower import list_every_declared_queue
+
+    list_every_declared_queue()  # a stage queue without a worker is still listed (infra/flower.py)
     make_app(settings).start(["flower", f"--port={port}", f"--address={address}"])
 
 

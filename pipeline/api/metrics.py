@@ -11,6 +11,10 @@ figures, and no worker has to serve HTTP). Behind the API's bearer token like ev
     polar_results_group_lag{group}        published, not yet delivered, per consumer group
     polar_results_dead_letters            entries moved to the dead-letter stream
     polar_results_trims_held_back         trims held back because a group still needed entries
+    polar_stage_runs_total{stage,result}  stage runs by how they ended: done, skipped, duplicate,
+                                          already-done, missing, failed (counter)
+    polar_stage_duration_seconds{stage}   how long stage runs took (histogram: _bucket{le}, _sum, _count)
+    polar_sessions_finished_total{status} sessions published, by terminal status (counter)
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 
@@ -26,7 +31,7 @@ class PipelineCollector(Collector):
     def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         self._snapshot = snapshot
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
         yield _labelled("polar_stage_queue_depth", "Messages waiting in the stage's queue", "stage", snap["queue_depth"])
         yield _labelled("polar_stage_in_flight", "Sessions a worker runs this stage for", "stage", snap["in_flight"])
@@ -45,6 +50,21 @@ class PipelineCollector(Collector):
                         {g: v["pending"] for g, v in groups.items()})
         yield _labelled("polar_results_group_lag", "Published, not yet delivered", "group",
                         {g: v["lag"] for g, v in groups.items() if v["lag"] is not None})
+        runs = CounterMetricFamily("polar_stage_runs", "Stage runs by how they ended", labels=["stage", "result"])
+        for stage, by_result in sorted(snap["runs"].items()):
+            for result, n in sorted(by_result.items()):
+                runs.add_metric([stage, result], n)
+        yield runs
+        durations = HistogramMetricFamily("polar_stage_duration_seconds", "How long stage runs took",
+                                          labels=["stage"])
+        for stage, h in sorted(snap["durations"].items()):
+            durations.add_metric([stage], buckets=[(le, float(n)) for le, n in h["buckets"]], sum_value=h["sum"])
+        yield durations
+        finished = CounterMetricFamily("polar_sessions_finished", "Sessions published, by terminal status",
+                                       labels=["status"])
+        for status, n in sorted(snap["sessions"].items()):
+            finished.add_metric([status], n)
+        yield finished
 
 
 def _labelled(name: str, doc: str, label: str, values: dict[str, Any]) -> GaugeMetricFamily:

@@ -34,6 +34,7 @@ class StageLease:
     held; ``lost`` is set if it lapsed and was taken."""
 
     def __init__(self, r: redis.Redis, session_id: str, stage: Stage, ttl_seconds: float) -> None:
+        self.stage = stage
         self.member = keys.lease_member(stage.value, session_id)
         self.token = uuid.uuid4().hex
         self.ttl_ms = max(1, int(ttl_seconds * 1000))

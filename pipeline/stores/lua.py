@@ -336,9 +336,10 @@ return {'go', n}
 
 # --- the results stream -----------------------------------------------------------------------
 
-# KEYS[1] the session's published marker, KEYS[2] the stream. ARGV: marker ttl, the pending-claim
-# prefix, then the entry's field/value pairs. Publishes a terminal session once: returns {entry
-# id, stream length} when it appended, {the existing id, -1} when the session is already out,
+# KEYS[1] the session's published marker, KEYS[2] the stream, KEYS[3] the sessions-by-status
+# counters. ARGV: marker ttl, the pending-claim prefix, the session's status, then the entry's
+# field/value pairs. Publishes a terminal session once (and counts it once): returns {entry id,
+# stream length} when it appended, {the existing id, -1} when the session is already out,
 # {'', -1} while a publisher of an older version holds its claim on it.
 RESULTS_PUBLISH_ONCE = Lua("results_publish_once", """
 local cur = redis.call('GET', KEYS[1])
@@ -347,9 +348,10 @@ if cur then
   return {cur, -1}
 end
 local entry = {}
-for i = 3, #ARGV do entry[#entry + 1] = ARGV[i] end
+for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[2], '*', unpack(entry))
 redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
+redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 return {id, redis.call('XLEN', KEYS[2])}
 """)
 

@@ -1,5 +1,6 @@
 """What the pipeline holds right now, read from Redis in one pass (for /metrics): stage queue
-depths, stages in flight (held leases), the READY buffer, tasks by state, the results stream."""
+depths, stages in flight (held leases), the READY buffer, tasks by state, the results stream,
+and the stages' counters (``stage_metrics``: runs by result, durations, sessions by status)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import redis
 from pipeline import keys
 from pipeline.codec import text
 from pipeline.status import Stage
+from pipeline.stores import stage_metrics
 from pipeline.stores.queues import queue_depths
 
 
@@ -29,4 +31,5 @@ def snapshot(r: redis.Redis, stores: Any) -> dict[str, Any]:
         "ready": stores.ready.snapshot(),
         "tasks": stores.tasks.state_counts(),
         "results": stores.results.stats(),
+        **stage_metrics.snapshot(r),  # runs by result, durations, sessions by status
     }

@@ -80,8 +80,8 @@ class ResultsStream:
         script = lua.RESULTS_PUBLISH_ONCE
         fields = {"data": encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
                   "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])}
-        lua.queue(pipe, script, [keys.session_published(result.session_id), self.stream],
-                  [self.marker_ttl, _PENDING, *(x for kv in fields.items() for x in kv)])
+        lua.queue(pipe, script, [keys.session_published(result.session_id), self.stream, keys.SESSION_METRICS],
+                  [self.marker_ttl, _PENDING, result.status.value, *(x for kv in fields.items() for x in kv)])
 
     def published(self, reply: Any) -> str | None:
         """The entry id from a ``queue_publish`` reply; trims the stream when this entry took it

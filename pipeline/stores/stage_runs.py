@@ -25,7 +25,7 @@ import redis
 from pipeline import keys
 from pipeline.messages import queue_key, stage_message
 from pipeline.status import Outcome, SessionStatus, Stage
-from pipeline.stores import lua
+from pipeline.stores import lua, stage_metrics
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import DONE_NOWHERE, SessionState, SessionStore, done_field, started_field
 
@@ -61,7 +61,6 @@ class StageRuns:
         self._r = r
         self.lease_seconds = lease_seconds
         self._begin = lua.bind(r, lua.STAGE_BEGIN)
-        self._finish = lua.bind(r, lua.STAGE_FINISH)
         self._send = lua.bind(r, lua.STAGE_SEND)
 
     def begin(self, session_id: str, stage: Stage, stamp: str | None = None) -> Begun | None:
@@ -78,10 +77,12 @@ class StageRuns:
         return Begun(lease, SessionStore.parse(session_id, reply[1]), now)
 
     def finish(self, lease: StageLease, session_id: str, *, done: Stage | None = None,
-               handoff: Handoff | None = None, send: Stage | None = None, priority: int = 0) -> None:
+               handoff: Handoff | None = None, send: Stage | None = None, priority: int = 0,
+               result: str = "done", seconds: float | None = None) -> None:
         """End the stage: ``done`` marks that stage finished, sending the session to
         ``handoff.next`` with ``handoff``'s writes; without ``done``, only ``send`` goes out
-        (a redelivered copy repeating what a finished stage did). Raises ``TransitionRefused``
+        (a redelivered copy repeating what a finished stage did). ``result`` and ``seconds``:
+        how the run ended and how long it took, counted (``stage_metrics``). Raises ``TransitionRefused``
         when the handoff's move is refused: then nothing was written and the lease is kept (it
         lapses; the reaper sends the stage again into its recovery path)."""
         lease.stop_heartbeat()
@@ -99,16 +100,16 @@ class StageRuns:
         args = [lease.member, lease.token, *done_args, keys.lease_member(send.value, session_id) if send else "",
                 repr(time.time()), message, *move[:3], outcome, error, *move[3:]]
         script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT]
-        if handoff is not None and handoff.writes is not None:
-            writes = handoff.writes
+        writes = handoff.writes if handoff is not None else None
+        stage = lease.stage
 
-            def build(pipe: Any) -> None:
+        def build(pipe: Any) -> None:
+            if writes is not None:
                 writes(pipe)
-                lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
+            stage_metrics.queue_stage_run(pipe, stage, result, seconds)  # ``result``: how the run ended
+            lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
 
-            ok, previous = lua.execute(self._r, build, transaction=True)[-1]
-        else:
-            ok, previous = self._finish(keys=script_keys, args=args)
+        ok, previous = lua.execute(self._r, build, transaction=True)[-1]
         if handoff is not None and handoff.status is not None:
             SessionStore.transition_result(session_id, handoff.status, ok, previous)
 

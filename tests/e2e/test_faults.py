@@ -129,8 +129,13 @@ def test_flower_sees_every_stage_queue_and_worker(client, demo_task, stack):
     assert {q["name"] for q in lengths["active_queues"]} == {s.queue for s in Stage}
     client.wait(task_id, timeout=120, results=False)
 
+    sids = {s.session_id for s in client.status(task_id, results=False).sessions}
+
     def seen_all_stages():
         tasks = http.get(f"{flower}/api/tasks").json()
-        return {t["name"] for t in tasks.values()} >= {s.task_name for s in Stage}
+        ours = [t for t in tasks.values() if any(sid in (t.get("args") or "") for sid in sids)]
+        # task names say the stage; each task's arguments are its session's id
+        return {t["name"] for t in ours} >= {s.task_name for s in Stage} and \
+            all(t["name"].startswith("polar.stage.") for t in ours)
 
     wait_for(seen_all_stages, timeout=30, interval=0.5)

@@ -38,3 +38,15 @@ def test_metrics_follow_a_running_task(client, demo_task, stack):
     assert after[("polar_results_stream_length", ())] >= before[("polar_results_stream_length", ())] + 6
     assert after[("polar_stage_in_flight", (("stage", "run"),))] == 0
     assert ("polar_stage_queue_depth", (("stage", "init"),)) in after
+    # Every stage ran once per session (done), timed; the sessions are counted by their status.
+    for stage in ("init", "run", "postrun", "evaluate", "callback"):
+        key = ("polar_stage_runs_total", (("result", "done"), ("stage", stage)))
+        assert after[key] - before.get(key, 0) >= 6, stage
+        count = ("polar_stage_duration_seconds_count", (("stage", stage),))
+        assert after[count] - before.get(count, 0) >= 6, stage
+        inf = ("polar_stage_duration_seconds_bucket", (("le", "+Inf"), ("stage", stage)))
+        assert after[inf] == after[count]
+    run_sum = ("polar_stage_duration_seconds_sum", (("stage", "run"),))
+    assert after[run_sum] - before.get(run_sum, 0) >= 6 * 3  # each agent slept 3 s
+    done = ("polar_sessions_finished_total", (("status", "COMPLETED"),))
+    assert after[done] - before.get(done, 0) == 6

@@ -129,6 +129,7 @@ BOUNDED = {
     "polar:callbacks:due": "one entry per callback still being delivered",
     "polar:proxy:calls": "one entry per call in flight (lapsed ones purged)",
     "polar:proxy:paused": "one flag", "polar:proxy:policy-version": "one value",
+    "polar:metrics:stages": "stages x results x duration buckets", "polar:metrics:sessions": "one per terminal status",
 }
 
 

@@ -14,9 +14,9 @@ from pipeline.settings import Settings
 
 def test_values_are_typed_from_the_environment():
     s = Settings.from_env({"POLAR_READY_CAPACITY": "3", "POLAR_CANCEL_POLL_SECONDS": "0.5",
-                           "POLAR_TASK_EVENTS": "false", "POLAR_HOME": "/tmp/x", "POLAR_UPSTREAM_MODEL": ""})
+                           "POLAR_TASK_EVENTS": "true", "POLAR_HOME": "/tmp/x", "POLAR_UPSTREAM_MODEL": ""})
     assert s.ready_capacity == 3 and s.cancel_poll_seconds == 0.5
-    assert s.task_events is False  # a bool reads "false" as False
+    assert s.task_events is True  # a bool reads "true" as True (the default is False)
     assert s.home == Path("/tmp/x") and s.upstream_model is None  # empty = unset
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,7 +25,7 @@ from pipeline.dispatch import Dispatcher
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
-from pipeline.stores import Stores
+from pipeline.stores import Stores, stage_metrics
 from pipeline.stores.connection import connect
 from pipeline.stores.leases import StageLease
 from pipeline.stores.sessions import SessionState
@@ -79,10 +80,12 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
               d: Deps | None = None) -> str:
     d = d or deps()
     runs = d.stores.stage_runs
+    started = time.monotonic()
     # One round trip: the lease, the session, the "started" mark (and the stage's start stamp).
     begun = runs.begin(session_id, stage, START_STAMPS.get(stage))
     if begun is None:
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
+        stage_metrics.count_stage_run(d.stores.r, stage, "duplicate")
         return "duplicate"
     lease, state = begun.lease, begun.state
     stamp = START_STAMPS.get(stage)
@@ -91,10 +94,10 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
     try:
         if state is None:
             log.warning("%s %s: unknown or expired session", stage.value, session_id)
-            runs.finish(lease, session_id)
+            runs.finish(lease, session_id, result="missing")
             return "missing"
         if stage in state.done:
-            runs.finish(lease, session_id, send=state.done[stage])
+            runs.finish(lease, session_id, send=state.done[stage], result="already-done")
             return "already-done"
         end: Stage | Handoff | None = None
         rerun = recover is None or stage not in state.started
@@ -111,17 +114,20 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
                 log.info("%s %s: skipped (%s)", stage.value, session_id, why)
                 # A worker that died between a status write and its "done" marker left the
                 # session waiting for a later stage nobody sent: send it (it is guarded too).
-                runs.finish(lease, session_id, send=_pending_after(d, stage, session_id))
+                runs.finish(lease, session_id, send=_pending_after(d, stage, session_id), result="skipped",
+                            seconds=time.monotonic() - started)
                 return "skipped"
         # The session's move, where this stage sent it (for a redelivered copy to repeat), the
         # next stage's message and the lease, in one atomic step.
-        runs.finish(lease, session_id, done=stage, handoff=end if isinstance(end, Handoff) else Handoff(end))
+        runs.finish(lease, session_id, done=stage, handoff=end if isinstance(end, Handoff) else Handoff(end),
+                    seconds=time.monotonic() - started)
         return "done"
     except BaseException:
         # Crashed (Redis gone for longer than the client retries, a bug, a refused move): keep
         # the lease unreleased so it lapses and the reaper sends the stage again, into its
         # recovery path, instead of the session waiting for a message nobody will send.
         lease.stop_heartbeat()
+        stage_metrics.count_stage_run(d.stores.r, stage, "failed", time.monotonic() - started)
         raise
 
 

@@ -1,0 +1,55 @@
+"""Flower lists every stage queue, also one whose workers are all down (infra/flower.py), with
+its backlog, through its own HTTP API -- behind basic auth."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from infra.embedded_redis import EmbeddedRedis, free_port
+from pipeline.messages import stage_message
+from pipeline.status import Stage
+from tests.support import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_stage_queue_without_a_worker_is_still_listed_with_its_backlog(tmp_path):
+    port, auth = free_port(), "polar:s3cret-flower"
+    with EmbeddedRedis() as server:
+        env = {**os.environ, "POLAR_REDIS_URL": server.url, "POLAR_HOME": str(tmp_path), "FLOWER_BASIC_AUTH": auth,
+               "POLAR_FLOWER_BASIC_AUTH": auth}
+        cli = [sys.executable, "-m", "infra.cli.main"]
+        procs = [subprocess.Popen([*cli, "worker", "--stage", "run", "-c", "1"], env=env, cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                 subprocess.Popen([*cli, "flower", "--port", str(port)], env=env, cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        try:
+            import redis
+
+            r = redis.Redis.from_url(server.url)
+            for i in range(3):  # INIT's backlog: no INIT worker is up
+                r.lpush(Stage.INIT.queue, stage_message(Stage.INIT.task_name, f"sess-{i}", Stage.INIT.queue))
+            base = f"http://127.0.0.1:{port}"
+            http = httpx.Client(auth=tuple(auth.split(":", 1)), timeout=10)
+
+            def run_worker_known():
+                try:
+                    workers = http.get(f"{base}/api/workers", params={"refresh": "1"}).json()
+                except httpx.HTTPError:
+                    return False
+                return any(name.startswith("run@") for name in workers)
+
+            wait_for(run_worker_known, timeout=60, interval=0.5)
+            assert httpx.get(f"{base}/api/queues/length", timeout=10).status_code == 401
+            lengths = {q["name"]: q["messages"] for q in http.get(f"{base}/api/queues/length").json()["active_queues"]}
+            assert set(lengths) == {s.queue for s in Stage}  # not just "run", the one a worker consumes
+            assert lengths[Stage.INIT.queue] == 3 and lengths[Stage.RUN.queue] == 0
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
