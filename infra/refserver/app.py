@@ -15,7 +15,17 @@ import uuid
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from .dialects import ChatResult, get_dialect, lp, prompt_logprobs, tok, usage
+from .dialects import (
+    SGLANG_WEIGHT_VERSION,
+    TOKEN_IDS_FIELD,
+    ChatResult,
+    get_dialect,
+    lp,
+    prompt_logprobs,
+    sorted_top,
+    tok,
+    usage,
+)
 from .engine import Generation, ModelEngine
 from .hermes import parse_tool_calls
 from .params import (
@@ -29,6 +39,8 @@ from .params import (
     render_args,
     resolve_max_tokens,
     sampling_args,
+    sglang_sampling,
+    token_ids,
     validate_tools,
 )
 from .policy import ScriptedPolicy
@@ -62,12 +74,15 @@ def parse_chat_output(text: str, parse_tools: bool) -> tuple[str | None, str | N
 
 def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
                policies: dict[str, ScriptedPolicy] | None = None, default_max_tokens: int = 256,
-               dialect: str = "vllm") -> Flask:
-    """dialect: "vllm" or "sglang", the engine whose response fields the app imitates."""
+               dialect: str = "vllm", generate_policy: str | None = None) -> Flask:
+    """dialect: "vllm" or "sglang", the engine whose response fields the app imitates.
+    generate_policy: the policy SGLang's ``/generate`` plays (its requests name no model)."""
     shape = get_dialect(dialect)
     policies = dict(policies or {})
     if served_model_name in policies:
         raise ValueError(f"policy name {served_model_name!r} collides with the served model name")
+    if generate_policy and generate_policy not in policies:
+        raise ValueError(f"generate_policy {generate_policy!r} is not one of the policies")
     app = Flask("refserver")
     created = int(time.time())
 
@@ -107,9 +122,10 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         data = [shape.model_card(m, engine, created) for m in [served_model_name, *policies]]
         return _ok({"object": "list", "data": data})
 
-    @app.post("/v1/chat/completions")
-    def chat_completions():
-        body = body_json()
+    def chat(body: dict, token_prompt: list[int] | None) -> Response:
+        """One chat completion; ``token_prompt`` (token-in) replaces the rendered prompt ids, while
+        the messages still choose a scripted turn and are still rendered, so a request the normal
+        route would refuse (bad messages, tools, template kwargs) is refused here too."""
         model, policy = resolve_model(body)
         render = render_args(body)
         messages, tools = render["messages"], render["tools"]
@@ -128,7 +144,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         if max_tokens is None:
             max_tokens = get_int(body, "max_tokens", None, 1)
 
-        prompt_ids = engine.tokenize_chat(**render)
+        rendered = engine.tokenize_chat(**render)
+        prompt_ids = rendered if token_prompt is None else token_prompt
         top = (n_top or 0) if want_lp else None
         gen = None
         if policy is not None and policy.turn_for(messages) is not None:
@@ -144,10 +161,24 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         result = ChatResult(model, prompt_ids, gen, reasoning, content, calls, top)
         return _ok(shape.chat_response(engine, result, opts, int(time.time())))
 
+    @app.post("/v1/chat/completions")
+    def chat_completions():
+        body = body_json()
+        field = shape.chat_token_field  # SGLang's chat takes input_ids; vLLM ignores unknown fields
+        ids = token_ids(body, field, engine) if field and body.get(field) is not None else None
+        return chat(body, ids)
+
+    if shape.tokens_route:
+        @app.post(shape.tokens_route)
+        def chat_completions_tokens():
+            """Token-in chat (the vLLM extension's route): the chat request plus the prompt's ids."""
+            body = body_json()
+            return chat(body, token_ids(body, TOKEN_IDS_FIELD, engine))
+
     @app.post("/v1/completions")
     def completions():
         body = body_json()
-        model, _ = resolve_model(body)  # scripts only drive chat; the id is still a valid name here
+        model, policy = resolve_model(body)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of exactly one prompt
@@ -178,9 +209,10 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         else:
             requested = get_int(body, "max_tokens", 16, 0)
         limit = resolve_max_tokens(engine, len(prompt_ids), requested, engine.max_model_len)
-        if limit > 0:
+        gen = scripted(policy, prompt_ids, limit, k)
+        if gen is None and limit > 0:
             gen = engine.generate(prompt_ids, max_tokens=limit, top_logprobs=k, **sampling)
-        else:
+        elif gen is None:
             gen = Generation([], [], "length", None, "", [] if k is not None else None)
 
         logprobs = None
@@ -214,7 +246,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
     @app.post("/generate")
     def generate():
         """SGLang's native API (token ids in, ``meta_info`` logprob tuples out): what the verifier
-        scores with under the SGLang engine (``logprob_start_len`` 0 = every input token)."""
+        scores with under the SGLang engine (``logprob_start_len`` 0 = every input token) and the
+        proxy's token-in path for SGLang. It names no model: ``generate_policy`` plays here."""
         body = body_json()
         ids = body.get("input_ids")
         if isinstance(body.get("text"), str) and ids is None:
@@ -226,21 +259,35 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
             raise APIError("'sampling_params' must be an object")
-        limit = resolve_max_tokens(engine, len(ids), get_int(params, "max_new_tokens", 128, 0), engine.max_model_len)
-        sampling = sampling_args(params, engine)
-        gen = (engine.generate(ids, max_tokens=limit, **sampling) if limit > 0
-               else Generation([], [], "length", None, "", None))
+        # Absent: SGLang's default of 128; an explicit null: the room left, as SGLang's scheduler fills it.
+        requested = None if "max_new_tokens" in params and params["max_new_tokens"] is None else \
+            get_int(params, "max_new_tokens", 128, 0)
+        limit = resolve_max_tokens(engine, len(ids), requested, engine.max_model_len)
+        sampling = sampling_args(sglang_sampling(params), engine)
+        want_lp = get_bool(body, "return_logprob", False)
+        k = get_int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) if want_lp else 0
+        gen = scripted(policies.get(generate_policy) if generate_policy else None, ids, limit, k or None)
+        if gen is None:
+            gen = (engine.generate(ids, max_tokens=limit, top_logprobs=k or None, **sampling) if limit > 0
+                   else Generation([], [], "length", None, "", None))
+        # SGLang names the id it matched, the tokenizer's EOS included (vLLM leaves that null).
+        matched = gen.stop_reason if gen.stop_reason is not None or not gen.token_ids else gen.token_ids[-1]
         meta: dict = {"id": uuid.uuid4().hex, "prompt_tokens": len(ids), "completion_tokens": len(gen.token_ids),
+                      "cached_tokens": 0, "weight_version": SGLANG_WEIGHT_VERSION,
                       "finish_reason": ({"type": "length", "length": limit} if gen.finish_reason == "length"
-                                        else {"type": "stop", "matched": gen.stop_reason})}
-        if get_bool(body, "return_logprob", False):
+                                        else {"type": "stop", "matched": matched})}
+        if want_lp:
+            text_of = engine.token_text if get_bool(body, "return_text_in_logprobs", False) else (lambda t: None)
             start = get_int(body, "logprob_start_len", -1)
             if start >= 0:
                 scored = engine.score(ids, max(1, start)) if len(ids) > max(1, start) else []
                 values = ([None] if start == 0 else []) + scored
-                meta["input_token_logprobs"] = [[None if v is None else lp(v), t, None]
+                meta["input_token_logprobs"] = [[None if v is None else lp(v), t, text_of(t)]
                                                 for v, t in zip(values, ids[start:])]
-            meta["output_token_logprobs"] = [[lp(v), t, None] for v, t in zip(gen.logprobs, gen.token_ids)]
+            meta["output_token_logprobs"] = [[lp(v), t, text_of(t)] for v, t in zip(gen.logprobs, gen.token_ids)]
+            if k:
+                meta["output_top_logprobs"] = [[[lp(v), t, text_of(t)] for t, v in sorted_top(e, k)]
+                                               for e in gen.top_logprobs or []]
         return _ok({"text": gen.text, "output_ids": gen.token_ids, "meta_info": meta})
 
     @app.post("/tokenize")
@@ -263,6 +310,13 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         ids = int_list(body.get("tokens"), "tokens")
         engine.check_token_ids(ids)
         return _ok(shape.detokenize_response(engine, ids, body))
+
+    def scripted(policy: ScriptedPolicy | None, prompt_ids: list[int], limit: int, k: int | None):
+        """A script's turn for a token-id prompt (turn read from its ChatML text), or None."""
+        if policy is None or limit <= 0:
+            return None
+        turn = policy.turn_for_prompt(engine.decode(prompt_ids, skip_special_tokens=False))
+        return None if turn is None else policy.play(engine, turn, prompt_ids, max_tokens=limit, top_logprobs=k)
 
     return app
 

@@ -10,8 +10,9 @@ against the fields its engine really sends, so one generation is reported in two
   ``return_meta_info`` add per-choice ``prompt_token_ids`` / ``response_token_ids`` /
   ``meta_info``; ``matched_stop`` replaces ``stop_reason``; reasoning is ``reasoning_content``.
 
-Only the chat route, /tokenize, /detokenize and /v1/models differ; /v1/completions is vLLM-shaped
-in both modes. No request validation lives here beyond reading the dialect's own flags.
+Only the chat route, /tokenize, /detokenize and /v1/models differ (and where a chat request
+may carry its prompt's ids: vLLM's token-in route, SGLang's ``input_ids``); /v1/completions is
+vLLM-shaped in both modes. No request validation lives here beyond reading the dialect's own flags.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from .params import get_bool, prompt_logprobs_k
 SGLANG_RESPONSE_IDS_FIELD = "response_token_ids"
 # What SGLang reports when no weight update has ever named a version.
 SGLANG_WEIGHT_VERSION = "default"
+# Token-in chat (vLLM dialect): a route of its own, so an engine without it answers 404 instead of
+# silently re-rendering the messages (stock vLLM ignores unknown body fields); prime-rl's vLLM
+# server uses the same path. The body is a chat request plus the prompt's ids in this field.
+TOKENS_ROUTE = "/v1/chat/completions/tokens"
+TOKEN_IDS_FIELD = "prompt_token_ids"
 
 
 def lp(v: float) -> float:
@@ -54,7 +60,7 @@ def prompt_logprobs(engine: ModelEngine, prompt_ids: list[int], k: int) -> list:
     ]
 
 
-def _sorted_top(entry: dict, k: int) -> list[tuple[int, float]]:
+def sorted_top(entry: dict, k: int) -> list[tuple[int, float]]:
     """The k best of an engine top-logprobs entry, best first."""
     return sorted(((t, v[0]) for t, v in entry.items()), key=lambda x: (-x[1], x[0]))[:k]
 
@@ -63,7 +69,7 @@ def chat_logprobs(engine: ModelEngine, gen: Generation, k: int, as_ids: bool) ->
     """OpenAI chat logprobs; both engines use this shape."""
     content = []
     for i, (tid, v) in enumerate(zip(gen.token_ids, gen.logprobs)):
-        top = _sorted_top(gen.top_logprobs[i], k) if gen.top_logprobs else []
+        top = sorted_top(gen.top_logprobs[i], k) if gen.top_logprobs else []
         text = engine.token_text(tid)
         content.append({
             "token": tok(engine, tid, as_ids), "logprob": lp(v),
@@ -98,6 +104,8 @@ def _chat_envelope(result: ChatResult, choice: dict, resp_id: str, created: int)
 
 class VLLMDialect:
     name = "vllm"
+    tokens_route: str | None = TOKENS_ROUTE  # infra/vllm_ext adds it to a real vLLM server
+    chat_token_field: str | None = None  # stock vLLM's chat route ignores any ids field
 
     def chat_options(self, body: dict) -> dict:
         return {"as_ids": get_bool(body, "return_tokens_as_token_ids", False),
@@ -154,6 +162,10 @@ def _sglang_finish(result: ChatResult) -> tuple[dict, int | str | None]:
 
 class SGLangDialect:
     name = "sglang"
+    tokens_route: str | None = None
+    # SGLang's own chat request takes pre-tokenised ids, bypassing the template (messages still
+    # drive stop tokens and tool parsing).
+    chat_token_field: str | None = "input_ids"
 
     def chat_options(self, body: dict) -> dict:
         # return_tokens_as_token_ids, prompt_logprobs and the other vLLM extras are unknown to

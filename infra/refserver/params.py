@@ -70,6 +70,28 @@ def int_list(v, key: str) -> list[int]:
     return v
 
 
+def token_ids(body: dict, key: str, engine: ModelEngine) -> list[int]:
+    """A token-id prompt field: required, a non-empty list of in-vocabulary ids."""
+    if body.get(key) is None:
+        raise APIError(f"Field required: '{key}'")
+    ids = int_list(body[key], key)
+    if not ids:
+        raise APIError(f"'{key}' must be a non-empty list of token ids")
+    engine.check_token_ids(ids)  # ValueError -> 400 "Token id ... is out of vocabulary"
+    return list(ids)
+
+
+def sglang_sampling(params: dict) -> dict:
+    """SGLang's sampling_params spellings (``sampling_seed``, ``no_stop_trim``) as the vLLM
+    names sampling_args reads; the vLLM names are accepted too."""
+    out = dict(params)
+    if out.get("sampling_seed") is not None:
+        out["seed"] = out.pop("sampling_seed")
+    if out.get("no_stop_trim") is not None:
+        out["include_stop_str_in_output"] = out.pop("no_stop_trim")
+    return out
+
+
 def sampling_args(body: dict, engine: ModelEngine) -> dict:
     temperature = get_float(body, "temperature", 1.0)
     if temperature < 0:

@@ -18,7 +18,9 @@ part of the turn's ids exactly as a Qwen3-style model would emit them. ``delay_s
 (optional) holds the answer back that long, like a slow engine (fault tests: a call in flight).
 
 A bare list of turns is accepted too. The turn played is the number of assistant messages
-already in the request, so every conversation walks the same script independently.
+already in the request, so every conversation walks the same script independently. A token-id
+prompt (``/v1/completions``, SGLang's ``/generate``) carries no messages: there the turn is the
+number of assistant turns its ChatML text holds before the open generation header.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from .engine import Generation, ModelEngine
 
 _END = "<|im_end|>\n"
+_ASSISTANT_HEADER = "<|im_start|>assistant"
 _PROBE_USER = {"role": "user", "content": "x"}
 
 
@@ -151,6 +154,15 @@ class ScriptedPolicy:
         i = self.turn_index(messages)
         return i if i < len(self.turns) else None
 
+    def turn_for_prompt(self, prompt_text: str) -> int | None:
+        """The turn for a rendered ChatML prompt, or None when it does not end in an open
+        assistant turn (not a generation prompt) or is past the end of the script."""
+        last = prompt_text.rfind(_ASSISTANT_HEADER)
+        if last < 0 or "<|im_end|>" in prompt_text[last:]:
+            return None
+        i = prompt_text.count(_ASSISTANT_HEADER) - 1
+        return i if i < len(self.turns) else None
+
     def response_ids(self, engine: ModelEngine, turn: int) -> list[int]:
         """Token ids the model would emit for this turn, ending with <|im_end|>."""
         # The ids depend on the engine's chat template (a per-server override changes them).
@@ -178,8 +190,13 @@ class ScriptedPolicy:
         The caller has already checked the context window; max_tokens only truncates the turn.
         """
         turn = self.turn_for(messages)
-        if turn is None:
-            return None
+        return None if turn is None else self.play(engine, turn, prompt_ids, max_tokens=max_tokens,
+                                                   top_logprobs=top_logprobs)
+
+    def play(self, engine: ModelEngine, turn: int, prompt_ids: list[int], *, max_tokens: int,
+             top_logprobs: int | None = None) -> Generation:
+        """Turn ``turn`` sampled after ``prompt_ids``: its ids, with logprobs teacher-forced in
+        that context (whatever rendering or splice produced the ids)."""
         if self.turns[turn].delay_seconds:
             time.sleep(self.turns[turn].delay_seconds)
         ids = self.response_ids(engine, turn)

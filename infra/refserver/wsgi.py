@@ -19,4 +19,6 @@ app = create_app(
     served_model_name=os.environ.get("POLAR_REFSERVER_NAME", "tiny"),
     policies={name: ScriptedPolicy.load(path, name=name) for name, path in _policies.items()},
     dialect=os.environ.get("POLAR_REFSERVER_DIALECT") or "vllm",
+    # SGLang's /generate names no model: the policy it plays (empty = the tiny model samples).
+    generate_policy=os.environ.get("POLAR_REFSERVER_GENERATE_POLICY") or None,
 )
