@@ -44,7 +44,7 @@ def start_workers(redis_url: str, variant: str, log_dir: Path) -> dict[str, subp
         conc = "1" if variant == "throughput" else str(STAGE_CONCURRENCY[stage])
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery_floor_tasks", "worker", "-Q", stage.queue,
                 "-n", f"floor-{stage.value}@%h", "-P", pool, "-c", conc, "--without-gossip", "--without-mingle",
-                "--loglevel", "WARNING"]
+                "--loglevel", os.environ.get("BENCH_FLOOR_LOGLEVEL", "WARNING")]
         with open(log_dir / f"{stage.value}.log", "wb") as out:
             procs[f"worker-{stage.value}"] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                               start_new_session=True, preexec_fn=_die_with_parent)

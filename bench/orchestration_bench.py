@@ -45,13 +45,15 @@ from pipeline.keys import RESULTS_STREAM  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
+IDLE_WINDOW_SECONDS = 5.0
 
 
-def bench_home() -> Path:
-    """A fresh POLAR_HOME beside where a real one lives (~/.cache), not in /tmp: on the machines
-    these figures come from, a file created under /tmp costs 10-20x one created elsewhere (~400
-    vs ~20 us), and every session makes a few dozen (its folder, logs, artifacts)."""
-    base = Path.home() / ".cache" / "polar-bench"
+def bench_home(base: Path | None = None) -> Path:
+    """A fresh POLAR_HOME beside where a real one lives (~/.cache), or under ``base`` (--home-base,
+    e.g. a tmpfs), not in /tmp: on the machines these figures come from, creating a file or folder
+    costs 100-350 us of CPU (under /tmp, more), and a session's runtime makes a few dozen (its
+    folders, logs, the results file)."""
+    base = base or Path.home() / ".cache" / "polar-bench"
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="home-", dir=base))
 
@@ -157,11 +159,13 @@ def main() -> None:
     parser.add_argument("--events", action="store_true", help="Celery task events on (what Flower needs)")
     parser.add_argument("--profile", action="store_true", help="sample every worker with py-spy")
     parser.add_argument("--quick", action="store_true", help="200 sessions in 20 tasks")
+    parser.add_argument("--home-base", type=Path, default=None,
+                        help="where the stack's POLAR_HOME goes (default ~/.cache/polar-bench; e.g. /dev/shm)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.tasks = 200, 20
-    home = bench_home()
+    home = bench_home(args.home_base)
     settings = Settings(home=home, ready_capacity=16, task_events=args.events)
     config = StackConfig(settings=settings, upstream="fake", components=("api", "workers"), supervise=False)
     with Stack(config) as stack:
@@ -174,6 +178,11 @@ def main() -> None:
         warm = [task(i, 4, "warm") for i in range(5)]
         submit_all(client, warm)
         wait_published(r, 20, 120)
+        # What the stack burns doing nothing (Celery's timers, reapers, pools), for scale.
+        idle0, idle_t0 = cpu_seconds(groups, redis_pid), time.monotonic()
+        time.sleep(IDLE_WINDOW_SECONDS)
+        idle1, idle_wall = cpu_seconds(groups, redis_pid), time.monotonic() - idle_t0
+        idle_ms_per_s = {k: 1000 * (idle1[k] - idle0[k]) / idle_wall for k in idle1}
         per_task = max(1, args.sessions // args.tasks)
         tasks = [task(i, per_task, "run") for i in range(args.tasks)]
         n = per_task * args.tasks
@@ -199,6 +208,7 @@ def main() -> None:
         figures = {"sessions": n, "tasks": args.tasks, "events": args.events, "wall_s": round(wall, 2),
                    "sessions_per_s": round(n / wall, 1), "cpu_ms_per_session": round(sum(by_name.values()), 1),
                    "cpu_ms_per_session_by_process": {k: round(v, 2) for k, v in sorted(by_name.items())},
+                   "idle_cpu_ms_per_s": round(sum(idle_ms_per_s.values()), 2),
                    "redis_commands_per_session": round(sum(commands.values()), 1),
                    "redis_commands_by_name": {k: round(v, 2) for k, v in sorted(commands.items(), key=lambda kv: -kv[1])}}
         if args.json:
@@ -217,7 +227,7 @@ def main() -> None:
                   f"{figures['cpu_ms_per_session']} ms CPU per session, "
                   f"{figures['redis_commands_per_session']} Redis commands per session")
             for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1]):
-                print(f"  {name:<18}{ms:>8.2f} ms CPU/session")
+                print(f"  {name:<18}{ms:>8.2f} ms CPU/session   (idle: {idle_ms_per_s[name]:.2f} ms CPU/s)")
             print("  Redis commands per session: " + ", ".join(
                 f"{k} {v}" for k, v in list(figures["redis_commands_by_name"].items())[:16]))
         for name, raw in sorted(raws.items()):  # with --json on stderr: the JSON line stays the last

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import PathRefused
+from pipeline.errors import ExecError, PathRefused
 from pipeline.schemas import RuntimeSpec
 from tests.conftest import TEST_IMAGE
 from tests.support import wait_for
@@ -169,6 +169,34 @@ def test_folder_round_trip_keeps_links_as_links(backend, make, tmp_path):
     assert (tmp_path / "one.txt").read_text() == "hello\n"
     with pytest.raises(FileNotFoundError):
         rt.download("no-such-file", str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_creates_and_replaces_a_file_without_a_host_copy(backend, make, tmp_path):
+    rt = make(backend)
+    rt.write("conf/settings.json", b'{"a": 1}\n')
+    rt.write(f"{runtimes.SESSION_MOUNT}/instruction.txt", "fix the bug: é\n".encode())
+    assert rt.exec("cat conf/settings.json; cat \"$POLAR_SESSION_DIR/instruction.txt\"").stdout == \
+        '{"a": 1}\nfix the bug: é\n'
+    rt.write("conf/settings.json", b"{}")  # replaced, not appended
+    assert rt.exec("cat conf/settings.json").stdout == "{}"
+    # A link at the path, to a file outside the session (the host's, for backends on the host's
+    # filesystem): refused or replaced -- never written through.
+    on_host = backend in ("local", "bwrap")
+    target = tmp_path / "outside.txt" if on_host else Path(f"/tmp/polar-link-target-{random.randrange(10**9)}")
+    if on_host:
+        target.write_text("orig\n")
+    else:
+        assert rt.exec(f"echo orig > {target}").ok
+    assert rt.exec(f"ln -s {target} conf/link").ok
+    try:
+        rt.write("conf/link", b"mine")
+        assert rt.exec("test ! -L conf/link && cat conf/link").stdout == "mine"
+    except PathRefused:
+        pass
+    assert (target.read_text() if on_host else rt.exec(f"cat {target}").stdout) == "orig\n"
+    with pytest.raises((PathRefused, ExecError)):
+        rt.write("../../outside.txt", b"x")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

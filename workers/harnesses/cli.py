@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import HarnessError
@@ -92,11 +90,8 @@ class CliHarness:
         refuse(self.name, opts, self.unsupported)
         files = {INSTRUCTION_FILE: ctx.spec.instruction}
         files.update({f"{HOME}/{rel}": content for rel, content in self.files(ctx, opts).items()})
-        with tempfile.TemporaryDirectory() as tmp:
-            for i, (dst, content) in enumerate(files.items()):
-                src = Path(tmp) / str(i)
-                src.write_text(content)
-                runtime.upload(str(src), dst)
+        for dst, content in files.items():
+            runtime.write(dst, content.encode())
         if opts.skills_dir:
             self._link_skills(runtime, opts.skills_dir)
         if opts.version:

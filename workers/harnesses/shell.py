@@ -6,9 +6,6 @@ stands (outside quotes, inside double quotes, inside single quotes), so an instr
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from pipeline.errors import HarnessError
 from workers.harnesses.base import AgentCommand, HarnessContext
 from workers.runtimes import Runtime
@@ -25,10 +22,7 @@ class ShellHarness:
     name = "shell"
 
     def setup(self, runtime: Runtime, ctx: HarnessContext) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "instruction.txt"
-            path.write_text(ctx.spec.instruction)
-            runtime.upload(str(path), INSTRUCTION_FILE)
+        runtime.write(INSTRUCTION_FILE, ctx.spec.instruction.encode())
 
     def command(self, ctx: HarnessContext) -> AgentCommand:
         shell = ctx.spec.agent.custom_shell

@@ -27,7 +27,7 @@ from pipeline.schemas import RuntimeSpec
 from pipeline.schemas.task import SESSION_MOUNT
 from workers.runtimes import relay
 from workers.runtimes.base import RuntimeHost, tools_folder
-from workers.runtimes.local import LocalRuntime
+from workers.runtimes.local import LocalRuntime, newest_pid
 from workers.runtimes.paths import container_path
 
 TOOLS_MOUNT = "/polar/tools"
@@ -79,6 +79,7 @@ class ApptainerRuntime(LocalRuntime):
             "proxy_socket": str(host.proxy_socket) if host.proxy_socket else None,
             "tools_dir": tools_folder(host),
             "apptainer": host.apptainer_bin or shutil.which("apptainer"),
+            "pid_floor": newest_pid(),
         })
 
     @classmethod
@@ -149,6 +150,9 @@ class ApptainerRuntime(LocalRuntime):
 
     def download(self, src: str, dst: str) -> None:
         super().download(str(self.path(src)).replace(str(self.root), SESSION_MOUNT, 1), dst)
+
+    def write(self, dst: str, data: bytes) -> None:
+        super().write(str(self.path(dst)).replace(str(self.root), SESSION_MOUNT, 1), data)
 
     def reachable_url(self, url: str) -> str:
         return relay.relay_url(url) if self.isolated else url

@@ -105,6 +105,10 @@ class Runtime(Protocol):
     def download(self, src: str, dst: str) -> None:
         """Copy a runtime file or folder to a host path."""
 
+    def write(self, dst: str, data: bytes) -> None:
+        """Create (or replace) one file at a runtime path with ``data`` (a harness's config, the
+        instruction): what ``upload`` of a temporary host file would do, without the file."""
+
     def cancel(self) -> None:
         """Kill whatever runs inside right now (callable from another process)."""
 

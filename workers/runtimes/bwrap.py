@@ -23,8 +23,8 @@ class BwrapRuntime(LocalRuntime):
     backend = "bwrap"
 
     def __init__(self, root: Path, workdir: Path, env: dict[str, str], isolated: bool = False,
-                 proxy_socket: str | None = None, tools_dir: str | None = None) -> None:
-        super().__init__(root, workdir, env, tools_dir)
+                 proxy_socket: str | None = None, tools_dir: str | None = None, pid_floor: int | None = None) -> None:
+        super().__init__(root, workdir, env, tools_dir, pid_floor)
         self.isolated = isolated
         self.proxy_socket = proxy_socket
         self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket)
@@ -34,12 +34,13 @@ class BwrapRuntime(LocalRuntime):
         local = LocalRuntime.create(spec, session_id, host)
         isolated = spec.network == "none" or not spec.allow_internet
         return cls(local.root, local.workdir, local.env, isolated,
-                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir)
+                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir, local.handle["pid_floor"])
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
         return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
-                   bool(handle.get("isolated")), handle.get("proxy_socket"), handle.get("tools_dir"))
+                   bool(handle.get("isolated")), handle.get("proxy_socket"), handle.get("tools_dir"),
+                   int(handle.get("pid_floor") or 0))
 
     def start(self) -> None:
         if shutil.which("bwrap") is None:

@@ -260,6 +260,19 @@ class DockerRuntime:
             if not self._docker.api.put_archive(self.name, parent or "/", buf.read()):
                 raise ExecError(f"the engine refused the upload to {target}")
 
+    def write(self, dst: str, data: bytes) -> None:
+        target = container_path(self.workdir, dst)
+        parent, base = target.rsplit("/", 1) if target.rstrip("/") else ("/", "")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(base)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        if self._run_quiet(["mkdir", "-p", parent or "/"]) != 0:
+            raise ExecError(f"cannot create {parent} in {self.name}")
+        if not self._docker.api.put_archive(self.name, parent or "/", buf.getvalue()):
+            raise ExecError(f"the engine refused the upload to {target}")
+
     def download(self, src: str, dst: str) -> None:
         import docker
 

@@ -28,13 +28,17 @@ KILL_GRACE_SECONDS = 2.0
 class LocalRuntime:
     backend = "local"
 
-    def __init__(self, root: Path, workdir: Path, env: dict[str, str], tools_dir: str | None = None) -> None:
+    def __init__(self, root: Path, workdir: Path, env: dict[str, str], tools_dir: str | None = None,
+                 pid_floor: int | None = None) -> None:
         self.root = root
         self.workdir = workdir
         self.env = env
         self.tools_dir = tools_dir
         self.handle: dict[str, Any] = {
             "backend": self.backend, "root": str(root), "workdir": str(workdir), "env": env, "tools_dir": tools_dir,
+            # Every process of the session gets a pid above this one (the newest when the runtime
+            # was made): the sweep at teardown looks at those only (``kill_session_processes``).
+            "pid_floor": pid_floor if pid_floor is not None else newest_pid(),
         }
 
     @classmethod
@@ -46,7 +50,7 @@ class LocalRuntime:
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "LocalRuntime":
         return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
-                   handle.get("tools_dir"))
+                   handle.get("tools_dir"), int(handle.get("pid_floor") or 0))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -68,7 +72,7 @@ class LocalRuntime:
             (self.root / ".cancelled").touch()
             for f in pids.iterdir():
                 _killpg(int(f.name), signal.SIGKILL)
-        kill_session_processes(self.root)
+        kill_session_processes(self.root, int(self.handle.get("pid_floor") or 0))
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -106,7 +110,6 @@ class LocalRuntime:
                 raise ExecError(f"cannot start command in {workdir}: {exc}") from exc
             pidfile = self.root / ".pids" / str(proc.pid)
             pidfile.touch()
-            _note_pid_floor(self.root, proc.pid)
             timed_out = cancelled = False
             exited = _ExitWatch(proc)
             try:
@@ -144,6 +147,13 @@ class LocalRuntime:
 
     def download(self, src: str, dst: str) -> None:
         _copy(host_path(self.root, self.workdir, src), Path(dst))
+
+    def write(self, dst: str, data: bytes) -> None:
+        target = host_path(self.root, self.workdir, dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():  # replaced, never written through (where would it point?)
+            target.unlink()
+        target.write_bytes(data)
 
     def path(self, runtime_path: str) -> Path:
         """Where a runtime path is on this host (checked: it stays in the session directory)."""
@@ -203,15 +213,16 @@ def _terminate_group(proc: subprocess.Popen) -> None:
     _killpg(proc.pid, signal.SIGKILL)
 
 
-def kill_session_processes(root: Path) -> int:
+def kill_session_processes(root: Path, pid_floor: int = 0) -> int:
     """Kill every process started in this session, including those that left its process group
     (``setsid``, double forks): each carries the session's ``POLAR_SESSION_DIR`` in its
     environment. (A process that scrubs its environment escapes this; the bwrap sandbox's PID
-    namespace does not let it.) Every session's teardown reads every process's environment, so
-    this stays at raw ``os`` calls: ~3x cheaper than through ``Path`` objects."""
+    namespace does not let it.) Only processes with a pid above ``pid_floor`` (the runtime's,
+    taken when it was made) can be the session's; reading each one's environment costs ~10 us,
+    so this stays at raw ``os`` calls (~3x cheaper than through ``Path`` objects)."""
     tag = f"POLAR_SESSION_DIR={root}".encode()
     me = os.getpid()
-    floor = _pid_floor(root)
+    floor = _floor_now(pid_floor)
     killed = 0
     for _ in range(3):  # a dying parent may fork once more: sweep until nothing is left
         found = 0
@@ -232,31 +243,20 @@ def kill_session_processes(root: Path) -> int:
     return killed
 
 
-PID_FLOOR = ".pid-floor"  # the session's first command's pid: every process it started came later
-
-
-def _note_pid_floor(root: Path, pid: int) -> None:
-    path = root / PID_FLOOR
-    if not path.exists():
-        try:
-            path.write_text(str(pid))
-        except OSError:
-            pass  # without it the sweep looks at every process: slower, still complete
-
-
-def _pid_floor(root: Path) -> int:
-    """The lowest pid a process of this session can have: pids are handed out in increasing
-    order, so everything the session started has a pid above its first command's -- unless the
-    kernel's pid counter wrapped around since (the newest pid, /proc/loadavg's last field, is
-    then lower): then 0, every process. Reading each process's environment costs ~10 us; on a
-    busy worker host most processes predate the session."""
+def newest_pid() -> int:
+    """The pid the kernel handed out last (/proc/loadavg's last field); 0 when unknown."""
     try:
-        floor = int((root / PID_FLOOR).read_text())
         with open("/proc/loadavg") as f:
-            newest = int(f.read().split()[-1])
+            return int(f.read().split()[-1])
     except (OSError, ValueError, IndexError):
         return 0
-    return floor if newest >= floor else 0
+
+
+def _floor_now(floor: int) -> int:
+    """``floor`` while it still bounds the session's pids from below: pids are handed out in
+    increasing order, unless the kernel's pid counter wrapped around since (the newest pid is
+    then lower): 0, every process."""
+    return floor if 0 < floor <= newest_pid() else 0
 
 
 def _environ_holds(pid: str, tag: bytes) -> bool:

@@ -111,6 +111,9 @@ class MemoryRuntime:
         else:
             self.files[target] = source.read_bytes()
 
+    def write(self, dst: str, data: bytes) -> None:
+        self.files[self.path(dst)] = bytes(data)
+
     def download(self, src: str, dst: str) -> None:
         source = self.path(src)
         if source in self.files:

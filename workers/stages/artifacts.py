@@ -1,6 +1,6 @@
 """What a session leaves for a human to read: the agent's stdout and stderr, every step's logs,
-the session's ``artifacts/`` folder and the harness's own transcripts, copied out of the runtime
-before it is torn down to ``$POLAR_HOME/artifacts/<task>/<session>/`` (the result names it).
+the session's ``artifacts/`` folder and the harness's own transcripts (empty files left out),
+copied out of the runtime before it is torn down to ``$POLAR_HOME/artifacts/<task>/<session>/`` (the result names it).
 
 The session key is replaced by a mark in every copied text file: base URLs carry it, and some
 CLIs write their config or request logs into their transcripts. (The key is dead once the
@@ -34,8 +34,9 @@ def keep(session_root: Path, dest: Path, transcripts: tuple[str, ...], secret: s
     """Copy what the session left (see the module doc); returns ``dest``, or None when there was
     nothing. Links are not followed: a transcript folder cannot pull in files outside the session."""
     picks = [session_root / s for s in SOURCES] + [session_root / "home" / t for t in transcripts]
+    # Empty files (an agent that printed nothing to stderr) tell nothing: not copied.
     files = [f for p in picks if p.is_dir() and not p.is_symlink() for f in sorted(p.rglob("*"))
-             if f.is_file() and not f.is_symlink() and _inside(f, session_root)]
+             if f.is_file() and not f.is_symlink() and f.stat().st_size and _inside(f, session_root)]
     if not files:
         return None
     budget, skipped = max_bytes, []
