@@ -28,7 +28,6 @@ from pipeline.status import Stage  # noqa: E402
 from workers.stages.bodies import BODIES  # noqa: E402
 from workers.stages.common import make_deps, run_stage  # noqa: E402
 
-
 FS_EVENTS = {"open", "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.symlink", "os.link", "os.scandir",
              "os.listdir", "shutil.rmtree", "shutil.copyfile", "subprocess.Popen"}
 

@@ -1,0 +1,294 @@
+"""Token-in prompt splicing (issue 14), the pure part: which recorded turn a request continues,
+and the prompt ids that continue it exactly.
+
+A harness sends its whole history back each call; the engine re-renders it, and the rendering
+need not be the ids the policy was conditioned on and sampled (tool-call arguments re-serialised,
+reasoning dropped from history by the template, BPE merges across a turn boundary). A spliced
+prompt instead is, for a request whose history up to its last assistant turn is a recorded turn:
+
+    that turn's prompt ids + its sampled ids (+ the end-of-turn token, if the turn was cut
+    before it) + the ids of the messages after it
+
+where the last part comes from the policy's own template and tokenizer (the engine's
+``/tokenize``): the request rendered with its generation prompt, cut right after the end-of-turn
+token that closes that assistant turn. The cut is found by counting end-of-turn tokens -- the
+rendering of the history *without* the new messages has as many closed turns -- so templates
+that are not append-only (a reasoning block dropped once a newer user turn follows) cut in the
+same place; a rendering whose shape disagrees (the separator after the end of turn differs) is
+not spliced.
+
+Turns are recorded per session as ``Entry``s (``stores/turns``-style hash: field ``key|completion``,
+kept by the proxy in its release round trip): the ids a successor starts from, as a delta on the
+turn they themselves were spliced from, so a conversation costs its length once, not once per
+call. Messages are compared as parsed messages: role, content (whitespace at the ends aside),
+tool calls by name and arguments as JSON values (ids aside), tool results; the reasoning of an
+assistant turn must equal the sampled one when the harness sends it back, and may be missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+
+
+class SpliceMode(str, Enum):
+    """``agent.token_in``: ``off`` (render every call), ``auto`` (splice what continues a recorded
+    turn, render the rest and record why), ``strict`` (refuse a call that continues an earlier
+    turn but matches none)."""
+
+    OFF = "off"
+    AUTO = "auto"
+    STRICT = "strict"
+
+
+# Why a call was not spliced (recorded with it).
+FIRST_CALL = "no assistant turn in the history (a conversation's first call)"
+ENDS_WITH_ASSISTANT = "the history ends with an assistant turn (a prefill): nothing new to render"
+NO_MATCH = "no recorded turn matches the history up to its last assistant turn (edited or compacted)"
+REASONING_DIFFERS = "the history's reasoning differs from every recorded turn's that matches it otherwise"
+NO_END_OF_TURN = "the recorded turn was cut before its end-of-turn token and none is known"
+BOUNDARY = "the template's rendering of the new messages could not be cut after the recorded turn"
+
+
+# --- comparing messages ------------------------------------------------------------------------
+
+def _text(content: Any) -> Any:
+    """Content as compared: text parts joined (a string and a list of text parts render alike),
+    other parts (images) as they are; whitespace at the ends aside."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        if all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            return "".join(str(p.get("text", "")) for p in content).strip()
+        return [p for p in content]
+    return content
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw  # not JSON: compared as the text it is
+    return raw
+
+
+def canonical(message: dict[str, Any], *, with_reasoning: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.get("role"), "content": _text(message.get("content"))}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [{"name": (c.get("function") or {}).get("name"),
+                              "arguments": _arguments((c.get("function") or {}).get("arguments"))}
+                             for c in message["tool_calls"] if isinstance(c, dict)]
+    if message.get("role") == "tool" and message.get("name"):
+        out["name"] = message["name"]
+    if with_reasoning:
+        out["reasoning"] = reasoning_of(message)
+    return out
+
+
+def reasoning_of(message: dict[str, Any]) -> str:
+    value = message.get("reasoning_content") or message.get("reasoning") or ""
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                     default=str).encode()).hexdigest()[:32]
+
+
+def history_key(messages: list[dict[str, Any]], chat: dict[str, Any]) -> str:
+    """The key of a conversation up to and including its last message: the messages compared as
+    above (the last assistant turn's reasoning aside: checked apart), with what else the
+    template renders -- the tools and the template's options."""
+    *before, last = messages
+    body = [canonical(m, with_reasoning=True) for m in before] + [canonical(last)]
+    return _digest({"messages": body, "tools": chat.get("tools") or None,
+                    "template": chat.get("chat_template_kwargs") or None})
+
+
+def last_assistant(messages: list[dict[str, Any]]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+    return None
+
+
+# --- the recorded turns -----------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    """A recorded turn a later call may continue: the ids it ends with, as ``ids`` after those of
+    ``parent`` (the turn its prompt was spliced from; None: its prompt was rendered whole)."""
+
+    completion_id: str
+    seq: int
+    parent: str | None
+    ids: list[int]
+    length: int  # of the whole: the parent's, then ``ids``
+    reasoning: str  # the sampled reasoning (digest), "" when none
+    ended: bool  # the sampled ids end with the end-of-turn token
+    eot: int | None  # the end-of-turn token this turn ended with (None: cut before it)
+
+    def encode(self) -> bytes:
+        return msgpack.packb({"c": self.completion_id, "s": self.seq, "p": self.parent, "n": self.length,
+                              "r": self.reasoning, "e": self.ended, "t": self.eot,
+                              "i": np.asarray(self.ids, dtype="<u4").tobytes()}, use_bin_type=True)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Entry":
+        d = msgpack.unpackb(raw, raw=False)
+        return cls(d["c"], d["s"], d["p"], np.frombuffer(d["i"], dtype="<u4").tolist(), d["n"], d["r"],
+                   d["e"], d["t"])
+
+
+def field_name(key: str, completion_id: str) -> str:
+    return f"{key}|{completion_id}"
+
+
+def entry_for(*, completion_id: str, seq: int, request_messages: list[dict[str, Any]], chat: dict[str, Any],
+              sampled: dict[str, Any], prompt_ids: list[int], response_ids: list[int], finish_reason: str | None,
+              parent: tuple[str, int] | None, eot_hint: int | None) -> tuple[str, Entry]:
+    """The field and entry to record for a completion: its request's messages plus what it
+    sampled is the history a successor sends back. ``parent``: (field, length) of the turn the
+    prompt was spliced from. ``eot_hint``: the end-of-turn token, when known."""
+    ended = finish_reason in ("stop", "tool_calls") and bool(response_ids) and \
+        (eot_hint is None or response_ids[-1] == eot_hint)
+    eot = response_ids[-1] if ended else eot_hint
+    ids = list(response_ids)
+    if parent is not None:
+        parent_field, parent_length = parent
+        ids = list(prompt_ids[parent_length:]) + ids
+    else:
+        parent_field = None
+        ids = list(prompt_ids) + ids
+    key = history_key([*request_messages, sampled], chat)
+    entry = Entry(completion_id, seq, parent_field, ids, len(prompt_ids) + len(response_ids),
+                  _digest(reasoning_of(sampled)) if reasoning_of(sampled) else "", ended, eot)
+    return field_name(key, completion_id), entry
+
+
+def whole_ids(entries: dict[str, Entry], name: str) -> list[int] | None:
+    """The ids a turn ends with, following its parents (None: a parent has gone)."""
+    parts, seen = [], set()
+    current: str | None = name
+    while current is not None:
+        entry = entries.get(current)
+        if entry is None or current in seen:
+            return None
+        seen.add(current)
+        parts.append(entry.ids)
+        current = entry.parent
+    out: list[int] = []
+    for part in reversed(parts):
+        out += part
+    return out
+
+
+@dataclass
+class Match:
+    field: str
+    entry: Entry
+    index: int  # the history's last assistant turn
+
+
+@dataclass
+class NoSplice:
+    reason: str
+
+
+def find(entries: dict[str, Entry], chat: dict[str, Any]) -> Match | NoSplice:
+    """The recorded turn ``chat`` continues: its history up to its last assistant turn is that
+    turn's request plus what it sampled. Among several (the same answer sampled twice), the one
+    whose reasoning the history repeats, else the latest."""
+    messages = chat.get("messages") or []
+    j = last_assistant(messages)
+    if j is None:
+        return NoSplice(FIRST_CALL)
+    if j == len(messages) - 1:
+        return NoSplice(ENDS_WITH_ASSISTANT)
+    key = history_key(messages[:j + 1], chat)
+    found = [(name, e) for name, e in entries.items() if name.split("|", 1)[0] == key]
+    if not found:
+        return NoSplice(NO_MATCH)
+    echoed = reasoning_of(messages[j])
+    if echoed:
+        digest = _digest(echoed)
+        found = [(name, e) for name, e in found if e.reasoning == digest]
+        if not found:
+            return NoSplice(REASONING_DIFFERS)
+    name, entry = max(found, key=lambda item: item[1].seq)
+    return Match(name, entry, j)
+
+
+# --- the new messages' ids ----------------------------------------------------------------------
+
+MAX_SEPARATOR = 4  # tokens a template puts between a turn's end and the next turn's start
+
+def tail_after_turn(without_new: list[int], with_new: list[int], eot: int) -> list[int] | None:
+    """What the template renders after the last assistant turn: ``with_new`` (the request with
+    its generation prompt) from just after the end-of-turn token closing that turn, found as the
+    same count of end-of-turn tokens that ``without_new`` (the history through that turn, no
+    generation prompt) holds. None when the two disagree on what follows that token."""
+    closed = [i for i, t in enumerate(without_new) if t == eot]
+    if not closed:
+        return None
+    separator = without_new[closed[-1] + 1:]  # what the template puts after a turn's end (ChatML: "\n")
+    if len(separator) > MAX_SEPARATOR:
+        return None  # that token does not end the rendering's last turn: not its end of turn
+    ends = [i for i, t in enumerate(with_new) if t == eot]
+    if len(ends) < len(closed):
+        return None
+    cut = ends[len(closed) - 1] + 1
+    tail = with_new[cut:]
+    if tail[:len(separator)] != separator or len(tail) <= len(separator):
+        return None
+    return tail
+
+
+@dataclass
+class Spliced:
+    prompt_ids: list[int]
+    source: str  # the completion it continues
+    spans: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, what) of prompt_ids
+    parent: tuple[str, int] | None = None  # (field, length): what this call's entry is a delta on
+
+
+def splice(entries: dict[str, Entry], match: Match, without_new: list[int], with_new: list[int],
+           eot_hint: int | None) -> Spliced | NoSplice:
+    """The prompt continuing ``match``: its whole ids, the end-of-turn token if it was cut
+    before it, then the rendering of what came after it."""
+    base = whole_ids(entries, match.field)
+    if base is None:
+        return NoSplice(NO_MATCH)
+    eot = match.entry.eot if match.entry.eot is not None else eot_hint
+    if eot is None:
+        return NoSplice(NO_END_OF_TURN)
+    tail = tail_after_turn(without_new, with_new, eot)
+    if tail is None:
+        return NoSplice(BOUNDARY)
+    closing = [] if match.entry.ended else [eot]
+    recorded = len(base)
+    prompt = base + closing + tail
+    spans = [(0, recorded, "recorded"), *([(recorded, recorded + 1, "end_of_turn")] if closing else []),
+             (recorded + len(closing), len(prompt), "rendered")]
+    return Spliced(prompt, match.entry.completion_id, spans, (match.field, recorded))
+
+
+def decode_entries(raw: dict[Any, Any] | Iterable[tuple[Any, Any]]) -> dict[str, Entry]:
+    items = raw.items() if isinstance(raw, dict) else raw
+    out = {}
+    for k, v in items:
+        name = k.decode() if isinstance(k, bytes) else str(k)
+        try:
+            out[name] = Entry.decode(v)
+        except Exception:  # an unreadable entry is a turn that cannot be continued, not a failure
+            continue
+    return out
