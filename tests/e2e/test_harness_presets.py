@@ -130,12 +130,15 @@ def test_an_agent_that_makes_no_model_call_ends_error(presets_client):
 
 def test_doctor_runs_each_cli_and_one_real_session_per_cli(presets_stack, tools):
     env = {**os.environ, **presets_stack.settings.to_env(), "POLAR_TOOLS_DIR": str(tools)}
-    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "harnesses", "doctor", "--timeout", "240"],
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "harnesses", "doctor", "--timeout", "240", "--json"],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    versions = {c["harness"]: c["detail"] for c in report["clis"] if c["ok"]}
     for name, (_, version, _) in HARNESS_CLIS.items():
-        assert f"{name}" in out.stdout and version in out.stdout
-    assert out.stdout.count("smoke session") == len(HARNESS_CLIS) and "BAD" not in out.stdout, out.stdout
+        assert version in versions.get(name, ""), report
+    assert sorted(s["harness"] for s in report["smoke"] if s["ok"]) == sorted(HARNESS_CLIS), report
+    assert report["problems"] == 0
 
 
 def test_an_mcp_server_from_the_task_is_started_and_called_by_the_cli(presets_client, presets_stack):
