@@ -188,11 +188,13 @@ return {1, fields}
 """)
 
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash,
-# KEYS[5] the next stage's queue list. ARGV: [1] lease member, [2] token, [3] done field ('' for
-# none), [4] its value, [5] the next stage's member ('' for none), [6] now, [7] its message,
-# [8] a status to move the session to ('' for none), [9] the statuses it may move from, [10] the
-# move's token, [11] an outcome to record if none is yet ('' for none), [12] its error, then
-# field/value pairs written with the move (or on their own, when there is no move). The stage ends in one step: the session moved (if
+# KEYS[5] the next stage's queue list, KEYS[6] the stage counters. ARGV: [1] lease member, [2]
+# token, [3] done field ('' for none), [4] its value, [5] the next stage's member ('' for none),
+# [6] now, [7] its message, [8] a status to move the session to ('' for none), [9] the statuses it
+# may move from, [10] the move's token, [11] an outcome to record if none is yet ('' for none),
+# [12] its error, [13] the run's counter field, [14] its duration bucket's field ('' for none),
+# [15] the duration sum's field, [16] the duration, then field/value pairs written with the move
+# (or on their own, when there is no move). The stage ends in one step: the session moved (if
 # asked; when refused, nothing at all is written and {0, current status} comes back), the outcome
 # recorded (the first one wins), the stage marked done (only on a session that still exists),
 # the next stage's message recorded as sent and pushed onto its queue, the lease released if this
@@ -200,10 +202,15 @@ return {1, fields}
 STAGE_FINISH = Lua("stage_finish", _TRANSITION + """
 local moved = {1, ''}
 if ARGV[8] ~= '' then
-  moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 13)
+  moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 17)
   if moved[1] == 0 then return moved end
-elseif #ARGV > 12 and redis.call('EXISTS', KEYS[4]) == 1 then
-  for i = 13, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+elseif #ARGV > 16 and redis.call('EXISTS', KEYS[4]) == 1 then
+  for i = 17, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+end
+redis.call('HINCRBY', KEYS[6], ARGV[13], 1)
+if ARGV[14] ~= '' then
+  redis.call('HINCRBY', KEYS[6], ARGV[14], 1)
+  redis.call('HINCRBYFLOAT', KEYS[6], ARGV[15], ARGV[16])
 end
 if ARGV[11] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('HSETNX', KEYS[4], 'outcome', ARGV[11]) == 1
    and ARGV[12] ~= '' then

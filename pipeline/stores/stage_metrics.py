@@ -4,8 +4,9 @@ the whole fleet without a worker serving HTTP: per stage, how its runs ended (``
 histogram: a count per bucket, and the sum); per terminal status, the sessions published. Two
 hashes with a fixed set of fields (stages x results x buckets): bounded, never expiring.
 
-Writes are plain HINCRBY/HINCRBYFLOAT commands queued on the round trip a stage's end makes
-anyway (``stage_runs.StageRuns.finish``), so counting costs no round trip of its own.
+A stage's end counts its run inside the script that ends it (``stage_runs.StageRuns.finish``), so
+counting costs no round trip and no command of its own; a run that ends no stage (a duplicate, a
+crash) is counted on its own.
 """
 
 from __future__ import annotations
@@ -31,13 +32,22 @@ def _bucket(seconds: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
 
 
+def run_fields(stage: Stage, result: str, seconds: float | None) -> list[Any]:
+    """The counting of one stage run that ended with ``result`` after ``seconds`` (None: not
+    timed, e.g. a duplicate that never ran), as the STAGE_FINISH script takes it: the run's
+    counter field, its bucket's field ('' untimed), the sum's field, the duration."""
+    if seconds is None:
+        return [f"{stage.value}|{result}", "", "", 0]
+    return [f"{stage.value}|{result}", f"{stage.value}|le|{_bucket(seconds)}", f"{stage.value}|sum", repr(seconds)]
+
+
 def queue_stage_run(pipe: Any, stage: Stage, result: str, seconds: float | None) -> None:
-    """Add to ``pipe`` the counting of one stage run that ended with ``result`` after ``seconds``
-    (None: not timed, e.g. a duplicate that never ran)."""
-    pipe.hincrby(keys.STAGE_METRICS, f"{stage.value}|{result}", 1)
-    if seconds is not None:
-        pipe.hincrby(keys.STAGE_METRICS, f"{stage.value}|le|{_bucket(seconds)}", 1)
-        pipe.hincrbyfloat(keys.STAGE_METRICS, f"{stage.value}|sum", seconds)
+    """Add to ``pipe`` the counting of one stage run (for the paths that end no stage)."""
+    run, bucket, total, value = run_fields(stage, result, seconds)
+    pipe.hincrby(keys.STAGE_METRICS, run, 1)
+    if bucket:
+        pipe.hincrby(keys.STAGE_METRICS, bucket, 1)
+        pipe.hincrbyfloat(keys.STAGE_METRICS, total, value)
 
 
 def count_stage_run(r: redis.Redis, stage: Stage, result: str, seconds: float | None = None) -> None:

@@ -61,6 +61,7 @@ class StageRuns:
         self._r = r
         self.lease_seconds = lease_seconds
         self._begin = lua.bind(r, lua.STAGE_BEGIN)
+        self._finish = lua.bind(r, lua.STAGE_FINISH)
         self._send = lua.bind(r, lua.STAGE_SEND)
 
     def begin(self, session_id: str, stage: Stage, stamp: str | None = None) -> Begun | None:
@@ -98,18 +99,19 @@ class StageRuns:
         outcome = handoff.outcome.value if handoff is not None and handoff.outcome is not None else ""
         error = (handoff.error or "")[:4000] if handoff is not None else ""
         args = [lease.member, lease.token, *done_args, keys.lease_member(send.value, session_id) if send else "",
-                repr(time.time()), message, *move[:3], outcome, error, *move[3:]]
-        script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT]
+                repr(time.time()), message, *move[:3], outcome, error,
+                *stage_metrics.run_fields(lease.stage, result, seconds), *move[3:]]
+        script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT,
+                       keys.STAGE_METRICS]
         writes = handoff.writes if handoff is not None else None
-        stage = lease.stage
-
-        def build(pipe: Any) -> None:
-            if writes is not None:
+        if writes is None:
+            ok, previous = self._finish(keys=script_keys, args=args)
+        else:
+            def build(pipe: Any) -> None:
                 writes(pipe)
-            stage_metrics.queue_stage_run(pipe, stage, result, seconds)  # ``result``: how the run ended
-            lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
+                lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
 
-        ok, previous = lua.execute(self._r, build, transaction=True)[-1]
+            ok, previous = lua.execute(self._r, build, transaction=True)[-1]
         if handoff is not None and handoff.status is not None:
             SessionStore.transition_result(session_id, handoff.status, ok, previous)
 

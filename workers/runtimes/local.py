@@ -22,6 +22,7 @@ from workers.runtimes.base import ExecResult, RuntimeHost, log_tail, tools_folde
 from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
+SUBDIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")  # of every session directory
 KILL_GRACE_SECONDS = 2.0
 
 
@@ -55,10 +56,16 @@ class LocalRuntime:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        # One mkdir per folder and no more: a failed or repeated one costs as much as a made one
+        # (~100-300 us of kernel CPU each on some virtual disks), and every session makes these.
         try:
-            for sub in ("workspace", "home", "tmp", "logs", "artifacts", ".pids"):
-                (self.root / sub).mkdir(parents=True, exist_ok=True)
-            self.workdir.mkdir(parents=True, exist_ok=True)
+            if not self.root.parent.is_dir():
+                self.root.parent.mkdir(parents=True, exist_ok=True)
+            _mkdir(self.root)
+            for sub in SUBDIRS:
+                _mkdir(self.root / sub)
+            if self.workdir.parent != self.root or self.workdir.name not in SUBDIRS:
+                self.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RuntimeStartError(f"cannot create {self.root}: {exc}") from exc
 
@@ -150,7 +157,8 @@ class LocalRuntime:
 
     def write(self, dst: str, data: bytes) -> None:
         target = host_path(self.root, self.workdir, dst)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.is_dir():
+            target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink():  # replaced, never written through (where would it point?)
             target.unlink()
         target.write_bytes(data)
@@ -161,6 +169,14 @@ class LocalRuntime:
 
     def reachable_url(self, url: str) -> str:
         return url  # same host, same network
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        os.mkdir(path)
+    except FileExistsError:  # a restarted INIT (or a re-attached runtime): the folder is there
+        if not path.is_dir():
+            raise
 
 
 def _copy(src: Path, dst: Path) -> None:
