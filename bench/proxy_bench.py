@@ -1,10 +1,15 @@
 """Proxy throughput, added latency and CPU per request, against a bare pass-through floor.
 
-    .venv/bin/python bench/proxy_bench.py [--seconds 4] [--workers 2]
+    .venv/bin/python bench/proxy_bench.py [--seconds 3] [--workers 2] [--two-messages]
 
 Starts embedded Redis, the instant fake upstream, the proxy and the pass-through (all under
-gunicorn + gevent, as in production) and drives them with bench/loadgen.py. Numbers are only
-comparable within one run; the ratios are what the benchmark reports.
+gunicorn + gevent, as in production) and drives them with bench/loadgen.py. The requests are a
+coding agent's (``bench/chat_requests.py``): a 10-message, ~4.5 kB OpenAI Chat conversation with
+tool calls, tool results and four tools at concurrency 1/64/256, and the same session grown to a
+~32k-token prompt; the fake engine answers each with a 48-token tool call, its ids and logprobs,
+and prompt ids for the whole prompt (``model: agent``). ``--two-messages`` adds the earlier,
+unrealistic 2-message request, labelled as such. Numbers are only comparable within one run; the
+ratios are what the benchmark reports.
 """
 
 from __future__ import annotations
@@ -24,15 +29,31 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import loadgen  # noqa: E402
+from bench import chat_requests, loadgen  # noqa: E402
 from bench.record_bench import record_costs  # noqa: E402
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
-BODY = {"model": "fake", "max_tokens": 16, "messages": [
-    {"role": "system", "content": "You are a coding agent."},
-    {"role": "user", "content": "List the files in the current directory and summarise them."}]}
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, object, tuple[int, ...]]]:
+    """(label, request builder taking stream=, concurrencies)."""
+    out = [("10 messages", chat_requests.coding_turns, (1, 64, 256)),
+           ("32k tokens", chat_requests.long_conversation, args.long_concurrency)]
+    if args.two_messages:
+        out.append(("2 messages (toy)", chat_requests.two_messages, (1, 64)))
+    return out
+
+
+def describe(label: str, body: dict) -> str:
+    raw = _dumps(body)
+    return (f"{label}: {len(raw):,} bytes, {len(body['messages'])} messages, {len(body.get('tools') or [])} tools, "
+            f"~{len(raw) // 4:,} prompt tokens (the fake engine's count)")
+
+
+def _dumps(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()  # compact, as the JS harnesses send it
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -79,8 +100,10 @@ def measure(url: str, body: bytes, concurrency: int, seconds: float, pid: int | 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--two-messages", action="store_true", help="also the 2-message toy request")
+    ap.add_argument("--long-concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(1, 64))
     args = ap.parse_args()
     procs: list[subprocess.Popen] = []
     with EmbeddedRedis() as redis_server:
@@ -102,15 +125,18 @@ def main() -> None:
                           else f"http://127.0.0.1:{ports[name]}/")
             sid = running_session(redis_server.url)
             rows = []
-            for stream in (False, True):
-                body = json.dumps({**BODY, "stream": stream}).encode()
-                for c in (1, 64, 256):
-                    direct = measure(f"{upstream}/v1/chat/completions", json.dumps(BODY).encode(), c, args.seconds, None)
-                    prox = measure(f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, c,
-                                   args.seconds, proxy.pid)
-                    floor = measure(f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions",
-                                    json.dumps(BODY).encode(), c, args.seconds, passthrough.pid)
-                    rows.append((stream, c, direct, prox, floor))
+            for label, build, concurrencies in cases(args):
+                print(describe(label, build()), flush=True)
+                plain = _dumps(build())  # what the engine gets: never a stream
+                for stream in (False, True):
+                    body = _dumps(build(stream=stream))
+                    for c in concurrencies:
+                        direct = measure(f"{upstream}/v1/chat/completions", plain, c, args.seconds, None)
+                        prox = measure(f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, c,
+                                       args.seconds, proxy.pid)
+                        floor = measure(f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions",
+                                        plain, c, args.seconds, passthrough.pid)
+                        rows.append((label, stream, c, direct, prox, floor))
             report(rows, args)
         finally:
             for p in procs:
@@ -123,19 +149,22 @@ def main() -> None:
 
 
 def report(rows: list, args: argparse.Namespace) -> None:
-    print(f"\nproxy vs bare pass-through, {args.workers} gunicorn+gevent workers each, {args.seconds:.0f}s per point")
-    print(f"{'stream':>6} {'conc':>5} | {'proxy rps':>9} {'floor rps':>9} {'ratio':>6} | {'added p50':>9} "
-          f"{'added p99':>9} | {'floor +p50':>10} | {'cpu ms/req':>10} {'floor cpu':>9} | errors")
+    print(f"\nproxy vs bare pass-through, {args.workers} gunicorn+gevent workers each, {args.seconds:g}s per point; "
+          "added = p50/p99 over calling the fake engine directly")
+    print(f"{'request':>16} {'stream':>6} {'conc':>5} | {'proxy rps':>9} {'floor rps':>9} {'ratio':>6} | "
+          f"{'added p50':>9} {'added p99':>9} | {'floor +p50':>10} | {'cpu ms/req':>10} {'floor cpu':>9} | errors")
     by = {}
-    for stream, c, direct, prox, floor in rows:
-        by[(stream, c)] = prox
-        print(f"{str(stream):>6} {c:>5} | {prox['rps']:>9.0f} {floor['rps']:>9.0f} {prox['rps'] / floor['rps']:>6.2f} | "
-              f"{prox['p50_ms'] - direct['p50_ms']:>8.2f}ms {prox['p99_ms'] - direct['p99_ms']:>8.2f}ms | "
-              f"{floor['p50_ms'] - direct['p50_ms']:>9.2f}ms | {prox['cpu_ms']:>10.2f} {floor['cpu_ms']:>9.2f} | "
+    for label, stream, c, direct, prox, floor in rows:
+        by[(label, stream, c)] = prox
+        print(f"{label:>16} {str(stream):>6} {c:>5} | {prox['rps']:>9.0f} {floor['rps']:>9.0f} "
+              f"{prox['rps'] / floor['rps']:>6.2f} | "
+              f"{prox['p50_ms'] - direct['p50_ms']:>7.2f}ms {prox['p99_ms'] - direct['p99_ms']:>7.2f}ms | "
+              f"{floor['p50_ms'] - direct['p50_ms']:>8.2f}ms | {prox['cpu_ms']:>10.2f} {floor['cpu_ms']:>9.2f} | "
               f"{prox['errors']}/{floor['errors']}")
-    for stream in (False, True):
-        r64, r256 = by[(stream, 64)]["rps"], by[(stream, 256)]["rps"]
-        print(f"stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
+    for label, stream, _ in sorted({(k[0], k[1], 0) for k in by}):
+        if (label, stream, 64) in by and (label, stream, 256) in by:
+            r64, r256 = by[(label, stream, 64)]["rps"], by[(label, stream, 256)]["rps"]
+            print(f"{label}, stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
 
 
 if __name__ == "__main__":
