@@ -30,7 +30,7 @@ class _App(BaseApplication):
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "proxy": {"worker_class": "gevent_pywsgi", "workers": 2, "worker_connections": 2000,
+    "proxy": {"worker_class": "infra.gevent_worker.OneWritePyWSGIWorker", "workers": 2, "worker_connections": 2000,
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
     "api": {"worker_class": "gthread", "workers": 1, "threads": 16, "timeout": 120,
             "graceful_timeout": 5},
@@ -43,3 +43,4 @@ def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) ->
     options = {**PROFILES[profile], "bind": bind, "accesslog": None, "errorlog": "-",
                "loglevel": "warning", "proc_name": f"polar-{profile}", **overrides}
     _App(app_path, options).run()
+

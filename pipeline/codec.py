@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import Any
 
 import msgpack
@@ -47,14 +48,22 @@ def blob(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
+_IS_CONTAINER = frozenset({dict, list}).__contains__
+
+
 def nesting_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether parsed JSON nests deeper than ``limit`` (iterative: no recursion to exhaust)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                return True
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    """Whether parsed JSON nests deeper than ``limit`` (iterative: no recursion to exhaust).
+    Level by level, picking each container's child containers in C (``compress`` over their
+    types): one Python step per container, none per scalar (the proxy runs this on every call)."""
+    level = [value] if _IS_CONTAINER(type(value)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            below += compress(children, map(_IS_CONTAINER, map(type, children)))
+        level = below
     return False

@@ -1,7 +1,8 @@
 """One model call, end to end: admission (session gate + pause gate, one Redis round trip) ->
-engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
+the engine request (the provider's translation, harness noise scrubbed, the served model name)
+-> engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
 ``context_limits``) -> capture -> the caller's response -> release (one round trip, with the
-record). The only module besides ``app`` that does I/O; Redis is reached through the
+record). With ``app``/``calls`` the only modules that do I/O; Redis is reached through the
 ``pipeline`` stores' commands."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Call:
     provider: Provider
     parsed: Parsed
     original: dict[str, Any]
-    started: float
+    started: float  # wall clock, after admission (the record's started_at)
     scope: ProviderScope
 
     @property
@@ -133,11 +134,10 @@ class Gateway:
         gone), so POSTRUN's in-flight wait and the pause drain are exact."""
         sid, parsed = call.session_id, call.parsed
         try:
-            chat, normalizations = noise.scrub(parsed.chat, self.noise)
-            chat = dict(chat)
-            if self.settings.upstream_model:
-                chat["model"] = self.settings.upstream_model
+            chat, normalizations = self._engine_request(parsed)
             requested_max_tokens = chat.get("max_tokens")
+            # (Token-in prompts, issue 14, slot in here: ids of the recorded completion this request
+            # continues, spliced into the engine request before it is sampled.)
             t0 = time.perf_counter()
             raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
@@ -163,6 +163,15 @@ class Gateway:
         self._release(call.lease, self.stores.records.append_completion_commands(sid, record))
         call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
+
+    def _engine_request(self, parsed: Parsed) -> tuple[dict[str, Any], list[str]]:
+        """The Chat Completions request the engine is sent (before its dialect's capture fields),
+        and the noise rules that changed it. A new dict: the parsed request stays as translated."""
+        chat, normalizations = noise.scrub(parsed.chat, self.noise)
+        chat = dict(chat)
+        if self.settings.upstream_model:
+            chat["model"] = self.settings.upstream_model
+        return chat, normalizations
 
     # --- fitting the output limit into the engine's context (see context_limits) -------------------
 

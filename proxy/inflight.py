@@ -10,7 +10,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ class InflightCalls:
 
     def new(self, session_id: str) -> tuple[Lease, float]:
         """A lease for a call about to be admitted, and its first expiry."""
-        lease = Lease(uuid.uuid4().hex, session_id)
+        lease = Lease(os.urandom(16).hex(), session_id)
         with self._lock:
             self._calls[lease.call_id] = lease
         self._ensure_heartbeat()

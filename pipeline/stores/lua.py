@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import redis
 from redis.commands.core import Script
@@ -20,7 +21,7 @@ class Lua:
     name: str
     source: str
 
-    @property
+    @cached_property  # the proxy sends it on every call
     def sha(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
 

@@ -85,6 +85,30 @@ def test_malformed_json_and_oversized_bodies(proxy_app, redis_url, kind):
     assert done == [] and len(errors) == 1  # the 413 is refused before the session is touched
 
 
+def _nested(levels: int):
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_body_nesting_deeper_than_128_levels_is_refused(proxy_app, redis_url, kind):
+    key = running_session(redis_url)
+    client = proxy_app.test_client()
+    deep = client.post(f"/s/{key}{PATHS[kind]}", json={"model": "fake", "messages": MSG, "extra": _nested(128)})
+    assert deep.status_code == 400 and error_shape(kind, deep.get_json())
+    assert "nests deeper than 128 levels" in str(deep.get_json())
+    assert len(records(redis_url, key)[1]) == 1
+
+
+def test_a_body_nesting_exactly_128_levels_is_served(proxy_app, redis_url):
+    key = running_session(redis_url)
+    ok = proxy_app.test_client().post(f"/s/{key}/v1/chat/completions",
+                                      json={"model": "fake", "messages": MSG, "extra": _nested(127)})
+    assert ok.status_code == 200 and ok.get_json()["choices"][0]["message"]["content"] == "ok"
+
+
 def test_ended_session_is_refused(proxy_app, redis_url, r):
     key = running_session(redis_url)
     SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
