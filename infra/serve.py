@@ -40,7 +40,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) -> None:
+    # An override left unset (None, e.g. no --workers) keeps the profile's value.
     options = {**PROFILES[profile], "bind": bind, "accesslog": None, "errorlog": "-",
-               "loglevel": "warning", "proc_name": f"polar-{profile}", **overrides}
+               "loglevel": "warning", "proc_name": f"polar-{profile}",
+               **{k: v for k, v in overrides.items() if v is not None}}
     _App(app_path, options).run()
 
