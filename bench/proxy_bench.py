@@ -108,7 +108,7 @@ def main() -> None:
     procs: list[subprocess.Popen] = []
     with EmbeddedRedis() as redis_server:
         home = tempfile.mkdtemp(prefix="polar-bench-")
-        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough")}
+        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough", "proxy_nometrics")}
         upstream = f"http://127.0.0.1:{ports['upstream']}"
         env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url, "POLAR_UPSTREAM_URL": upstream}
         try:
@@ -119,7 +119,9 @@ def main() -> None:
             passthrough = spawn(["-c", "import sys; from infra.serve import run; "
                                  f"run('bench.passthrough:app', '127.0.0.1:{ports['passthrough']}', 'proxy', "
                                  f"workers={args.workers})"], env)
-            procs += [proxy, passthrough]
+            bare = spawn(["-m", "infra.cli.main", "proxy", "--port", str(ports["proxy_nometrics"]),
+                          "--workers", str(args.workers)], {**env, "POLAR_PROXY_METRICS": "false"})
+            procs += [proxy, passthrough, bare]
             for name in ports:
                 wait_http(f"http://127.0.0.1:{ports[name]}/health" if name != "passthrough"
                           else f"http://127.0.0.1:{ports[name]}/")
@@ -138,6 +140,8 @@ def main() -> None:
                                         plain, c, args.seconds, passthrough.pid)
                         rows.append((label, stream, c, direct, prox, floor))
             report(rows, args)
+            metrics_cost(f"http://127.0.0.1:{ports['proxy']}", proxy.pid, f"http://127.0.0.1:{ports['proxy_nometrics']}",
+                         bare.pid, sid, args)
         finally:
             for p in procs:
                 try:
@@ -146,6 +150,21 @@ def main() -> None:
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     os.killpg(p.pid, signal.SIGKILL)
         record_costs(redis_server.url)
+
+
+def metrics_cost(on: str, on_pid: int, off: str, off_pid: int, sid: str, args: argparse.Namespace) -> None:
+    """The same proxy with and without its metrics (POLAR_PROXY_METRICS=false), interleaved."""
+    body = _dumps(chat_requests.coding_turns())
+    print("\nmetrics on vs off (10 messages, not streamed), CPU ms per call of each proxy (all its processes):")
+    for c in (1, 64):
+        runs: dict[str, list[dict]] = {"on": [], "off": []}
+        for _ in range(2):
+            for name, base, pid in (("on", on, on_pid), ("off", off, off_pid)):
+                runs[name].append(measure(f"{base}/s/{sid}/v1/chat/completions", body, c, args.seconds, pid))
+        cpu = {k: sum(r["cpu_ms"] for r in v) / len(v) for k, v in runs.items()}
+        rps = {k: sum(r["rps"] for r in v) / len(v) for k, v in runs.items()}
+        print(f"  concurrency {c:>3}: on {cpu['on']:.3f} ms ({rps['on']:.0f} rps), off {cpu['off']:.3f} ms "
+              f"({rps['off']:.0f} rps): metrics cost {(cpu['on'] - cpu['off']) * 1000:+.0f} us per call")
 
 
 def report(rows: list, args: argparse.Namespace) -> None:

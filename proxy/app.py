@@ -5,7 +5,7 @@ wait on the engine, and a greenlet per call lets one process hold hundreds of th
 
 Model calls whose path names their API are served before Flask sees them (``calls.py``, the hot
 path); Flask serves the rest: bare base-URL calls, model listings, token counts, stored objects,
-health, ``/admin/*`` (behind the admin token).
+health, ``/admin/*`` and ``/metrics`` (both behind the admin token).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from proxy.calls import json_response as _json
 from proxy.detection import detect
 from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
 from proxy.gateway import Gateway
+from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.providers import DEFAULT, PROVIDERS, Provider, Route
 from proxy.sessions import presented_key
 from proxy.upstream import UpstreamTransport
@@ -104,6 +105,14 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         _admin(admin_token)
         return _json(gw.control.status())
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        _admin(admin_token)
+        text = gw.metrics.render()
+        if text is None:
+            raise UnsupportedEndpoint("metrics are off on this proxy (POLAR_PROXY_METRICS=false)")
+        return Response(text, content_type=METRICS_CONTENT_TYPE)
+
     # Every failure answers in the caller's API format (``g.provider``, once detected).
     @app.errorhandler(ProxyError)
     @app.errorhandler(HTTPException)
@@ -129,8 +138,14 @@ def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
 
 
 def _admin(token: str | None) -> None:
-    if token is not None and not same_secret(request.headers.get("x-polar-admin-token"), token):
-        raise Unauthorized("the admin endpoints need the x-polar-admin-token header (POLAR_ADMIN_TOKEN)")
+    """The admin token, as ``x-polar-admin-token`` or as a bearer token (what Prometheus sends)."""
+    if token is None:
+        return
+    auth = request.headers.get("Authorization") or ""
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    if not (same_secret(request.headers.get("x-polar-admin-token"), token) or same_secret(bearer, token)):
+        raise Unauthorized("the admin endpoints and /metrics need the admin token (POLAR_ADMIN_TOKEN) as the "
+                           "x-polar-admin-token header or as Authorization: Bearer")
 
 
 def _health(gw: Gateway) -> Response:

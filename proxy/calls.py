@@ -46,6 +46,7 @@ MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never thi
 class ModelCalls:
     def __init__(self, gw: Gateway, settings: Settings) -> None:
         self.gw = gw
+        self.metrics = gw.metrics
         self.keepalive = settings.stream_keepalive_seconds
         self.max_request_bytes = settings.max_request_bytes
 
@@ -70,13 +71,20 @@ class ModelCalls:
     def generate(self, req: Request, route: Route, key: str | None, body: Any) -> Response:
         """One model call (``body``: already parsed, or None), answered in its provider's format."""
         provider = PROVIDERS[route.provider]
+        received = time.perf_counter()
         try:
-            return self._generate(req, provider, route, key, body)
+            response, answered = self._generate(req, provider, route, key, body, received)
         except Exception as exc:
             err = as_proxy_error(exc, req.method, req.path, self.max_request_bytes)
+            self.metrics.failed(provider.name, type(err).__name__)
+            self.metrics.answered(provider.name, err.status)
             return error_response(provider, err, req.method, req.path)
+        if answered:
+            self.metrics.answered(provider.name, 200)
+        return response
 
-    def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any) -> Response:
+    def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
+                  received: float) -> tuple[Response, bool]:
         gw = self.gw
         lease, seq, version = gw.admit(presented_key(key, req.headers, req.args))
         scope = gw.scope(lease.session_id, req.args)
@@ -90,23 +98,23 @@ class ModelCalls:
         except BaseException:
             gw.abandon(lease)
             raise
-        call = Call(lease, seq, version, provider, parsed, body, started, scope)
+        call = Call(lease, seq, version, provider, parsed, body, started, scope, received)
         if not parsed.stream:
             _, response = gw.complete(call)
-            return json_response(response)
+            return json_response(response), True
         return self._stream(call)
 
-    def _stream(self, call: Call) -> Response:
+    def _stream(self, call: Call) -> tuple[Response, bool]:
         """The answer as its API's event stream: in one write when the engine answers within the
         keepalive interval (an HTTP error status is then still possible), else opened at once and
-        kept alive while the engine works."""
+        kept alive while the engine works (the metrics count it when it ends)."""
         writer = call.provider.stream(call.parsed)
         job = _Job(self.gw.complete, call)
         if job.wait(self.keepalive):
             turn, response = job.result()
             # One buffer: the server writes each item of a body as its own chunk and syscall.
-            return _streamed([b"".join(writer.head(turn) + writer.body(response, turn))], writer.content_type)
-        keepalive = self.keepalive
+            return _streamed([b"".join(writer.head(turn) + writer.body(response, turn))], writer.content_type), True
+        metrics, provider, keepalive = self.metrics, call.provider.name, self.keepalive
 
         def events() -> Iterable[bytes]:
             yield from writer.head()
@@ -117,11 +125,14 @@ class ModelCalls:
             try:
                 turn, response = job.result()
             except ProxyError as err:  # the stream has begun: the error becomes an event
+                metrics.failed(provider, type(err).__name__)
+                metrics.answered(provider, err.status)
                 yield from writer.error(err)
                 return
+            metrics.answered(provider, 200)
             yield from writer.body(response, turn)
 
-        return _streamed(events(), writer.content_type)
+        return _streamed(events(), writer.content_type), False
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:

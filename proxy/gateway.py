@@ -3,7 +3,7 @@ the engine request (the provider's translation, harness noise scrubbed, the serv
 -> engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
 ``context_limits``) -> capture -> the caller's response -> release (one round trip, with the
 record). With ``app``/``calls`` the only modules that do I/O; Redis is reached through the
-``pipeline`` stores' commands."""
+``pipeline`` stores' commands. Metrics are tallied in process (``metrics``), never in Redis."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
 from proxy.hot_redis import HotRedis, NoScript
 from proxy.inflight import InflightCalls, Lease
+from proxy.metrics import NoMetrics, ProxyMetrics
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
@@ -41,6 +42,7 @@ class Call:
     original: dict[str, Any]
     started: float  # wall clock, after admission (the record's started_at)
     scope: ProviderScope
+    received: float  # perf_counter when the request arrived (the proxy's own time, metrics)
 
     @property
     def session_id(self) -> str:
@@ -60,6 +62,8 @@ class Gateway:
         self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
         self.contexts = ContextLengths(settings.upstream_context_length, self._model_cards)
         self.context_reserve = int(getattr(self.engine, "context_reserve", 0))
+        self.metrics: ProxyMetrics | NoMetrics = (ProxyMetrics(self.inflight.count, self.control.status)
+                                                  if settings.proxy_metrics else NoMetrics())
 
     def _model_cards(self, endpoint: str) -> list[dict[str, Any]]:
         data = self.pool.get_json("/v1/models", endpoint=endpoint).get("data")
@@ -123,6 +127,7 @@ class Gateway:
             session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
             started_at=started, finished_at=time.time())))
+        self.metrics.written("error")
 
     def abandon(self, lease: Lease) -> None:
         self._release(lease, [])
@@ -161,6 +166,9 @@ class Gateway:
             self.abandon(call.lease)
             raise
         self._release(call.lease, self.stores.records.append_completion_commands(sid, record))
+        self.metrics.written("completion")
+        self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
+                              latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)
         call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
 
