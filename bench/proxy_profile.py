@@ -57,9 +57,9 @@ def summarise(raw: Path, top: int, requests: int) -> None:
         if not count.isdigit():
             continue
         n = int(count)
-        samples += n
         if "Hub.run (" in stack.rsplit(";", 1)[-1]:
             continue  # the event loop waiting for I/O: idle, whatever py-spy thinks
+        samples += n
         frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
                   if " (" in f else f for f in stack.split(";")]
         self_t[frames[-1]] += n

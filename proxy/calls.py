@@ -34,6 +34,8 @@ from proxy.sessions import presented_key
 
 log = logging.getLogger("polar.proxy")
 try:
+    import gevent
+    import gevent.event
     from gevent import monkey as _monkey
 
     _GEVENT = _monkey.is_module_patched("threading")
@@ -64,7 +66,7 @@ class ModelCalls:
         route = detect("POST", path, EnvironHeaders(environ))
         if route is None or route.kind != "generate":
             return None
-        req = Request(environ)
+        req = Request(environ, populate_request=False)  # no environ <-> request cycle left for the GC
         req.max_content_length = self.max_request_bytes
         return self.generate(req, route, key, None)(environ, start_response)
 
@@ -159,9 +161,6 @@ class _Job:
         self._value: Any = None
         self._error: BaseException | None = None
         if _GEVENT:
-            import gevent
-            import gevent.event
-
             self._done = gevent.event.Event()
             gevent.spawn(self._run, fn, *args)
         else:

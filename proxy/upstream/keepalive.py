@@ -23,6 +23,7 @@ import time
 from urllib.parse import urlsplit
 
 from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.hot_redis import send_all
 from proxy.upstream.transport import Unreachable
 
 IDLE_SECONDS = 4.0
@@ -86,7 +87,7 @@ class Endpoint:
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         try:
-            conn.sock.sendall(head + b"\r\n" + body if body is not None else head + b"\r\n")
+            send_all(conn.sock, head + b"\r\n" + body if body is not None else head + b"\r\n")
             status, data, reuse = self._response(conn, method)
         except (socket.timeout, TimeoutError) as exc:
             conn.sock.close()

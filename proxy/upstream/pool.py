@@ -33,6 +33,8 @@ class UpstreamPool:
         return any(reachable(self.transport, u) for u in self.urls)
 
     def order(self, affinity: str) -> list[str]:
+        if len(self.urls) == 1:
+            return self.urls
         return sorted(self.urls, key=lambda u: hashlib.blake2b(f"{affinity}|{u}".encode(), digest_size=8).digest(),
                       reverse=True)
 
