@@ -22,7 +22,7 @@ from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
-from proxy.calls import ModelCalls, as_proxy_error, error_response, json_body
+from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body
 from proxy.calls import json_response as _json
 from proxy.detection import detect
 from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
             gw.gate.check(key)
             chat = provider.count_tokens_chat(body if body is not None else json_body(request), route)
             return _json(provider.count_tokens_response(gw.count_tokens(chat)))
-        return calls.generate(request._get_current_object(), route, key, body)  # type: ignore[attr-defined]
+        return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 
     @app.post("/admin/pause")
     def pause() -> Response:
@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     def any_error(exc: Exception) -> Response:
         err = as_proxy_error(exc, request.method, request.path, settings.max_request_bytes)
         provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
-        return error_response(provider, err, request.method, request.path)
+        return error_answer(provider, err, request.method, request.path).response()
 
     return app
 

@@ -20,6 +20,7 @@ import orjson
 import redis
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Request, Response
 
 from pipeline.codec import nesting_depth_exceeds
@@ -41,7 +42,8 @@ try:
     _GEVENT = _monkey.is_module_patched("threading")
 except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
     _GEVENT = False
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_HEADERS = [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
+JSON = "application/json"
 MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never this deep
 
 
@@ -68,9 +70,9 @@ class ModelCalls:
             return None
         req = Request(environ, populate_request=False)  # no environ <-> request cycle left for the GC
         req.max_content_length = self.max_request_bytes
-        return self.generate(req, route, key, None)(environ, start_response)
+        return self.generate(req, route, key, None).wsgi(start_response)
 
-    def generate(self, req: Request, route: Route, key: str | None, body: Any) -> Response:
+    def generate(self, req: Request, route: Route, key: str | None, body: Any) -> Answer:
         """One model call (``body``: already parsed, or None), answered in its provider's format."""
         provider = PROVIDERS[route.provider]
         received = time.perf_counter()
@@ -80,13 +82,13 @@ class ModelCalls:
             err = as_proxy_error(exc, req.method, req.path, self.max_request_bytes)
             self.metrics.failed(provider.name, type(err).__name__)
             self.metrics.answered(provider.name, err.status)
-            return error_response(provider, err, req.method, req.path)
+            return error_answer(provider, err, req.method, req.path)
         if answered:
             self.metrics.answered(provider.name, 200)
         return response
 
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
-                  received: float) -> tuple[Response, bool]:
+                  received: float) -> tuple[Answer, bool]:
         gw = self.gw
         lease, seq, version = gw.admit(presented_key(key, req.headers, req.args))
         scope = gw.scope(lease.session_id, req.args)
@@ -103,10 +105,10 @@ class ModelCalls:
         call = Call(lease, seq, version, provider, parsed, body, started, scope, received)
         if not parsed.stream:
             _, response = gw.complete(call)
-            return json_response(response), True
+            return Answer(200, JSON, orjson.dumps(response)), True
         return self._stream(call)
 
-    def _stream(self, call: Call) -> tuple[Response, bool]:
+    def _stream(self, call: Call) -> tuple[Answer, bool]:
         """The answer as its API's event stream: in one write when the engine answers within the
         keepalive interval (an HTTP error status is then still possible), else opened at once and
         kept alive while the engine works (the metrics count it when it ends)."""
@@ -115,7 +117,8 @@ class ModelCalls:
         if job.wait(self.keepalive):
             turn, response = job.result()
             # One buffer: the server writes each item of a body as its own chunk and syscall.
-            return _streamed([b"".join(writer.head(turn) + writer.body(response, turn))], writer.content_type), True
+            return Answer(200, writer.content_type, b"".join(writer.head(turn) + writer.body(response, turn)),
+                          SSE_HEADERS), True
         metrics, provider, keepalive = self.metrics, call.provider.name, self.keepalive
 
         def events() -> Iterable[bytes]:
@@ -134,7 +137,7 @@ class ModelCalls:
             metrics.answered(provider, 200)
             yield from writer.body(response, turn)
 
-        return _streamed(events(), writer.content_type), False
+        return Answer(200, writer.content_type, events(), SSE_HEADERS), False
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
@@ -149,8 +152,32 @@ def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any])
         raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
 
 
-def _streamed(body: Iterable[bytes], content_type: str) -> Response:
-    return Response(body, mimetype=content_type, headers=SSE_HEADERS)
+class Answer:
+    """What a model call answers: written straight to WSGI on the hot path (a werkzeug Response
+    costs more to build and finalise than the rest of the answer), or as a Response for Flask."""
+
+    __slots__ = ("status", "content_type", "body", "headers")
+
+    def __init__(self, status: int, content_type: str, body: bytes | Iterable[bytes],
+                 headers: list[tuple[str, str]] | None = None) -> None:
+        self.status = status
+        self.content_type = content_type if content_type.startswith(JSON) else f"{content_type}; charset=utf-8"
+        self.body = body
+        self.headers = headers or []
+
+    def wsgi(self, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        headers = [("Content-Type", self.content_type), *self.headers]
+        if isinstance(self.body, bytes):
+            headers.append(("Content-Length", str(len(self.body))))
+            body: Iterable[bytes] = [self.body]
+        else:
+            body = self.body  # an event stream of unknown length: the server chunks it
+        start_response(f"{self.status} {HTTP_STATUS_CODES.get(self.status, 'Unknown')}", headers)
+        return body
+
+    def response(self) -> Response:
+        body = [self.body] if isinstance(self.body, bytes) else self.body
+        return Response(body, status=self.status, content_type=self.content_type, headers=self.headers)
 
 
 class _Job:
@@ -223,10 +250,10 @@ def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: in
     return UpstreamError(f"internal proxy error: {type(exc).__name__}")
 
 
-def error_response(provider: Provider, err: ProxyError, method: str, path: str) -> Response:
+def error_answer(provider: Provider, err: ProxyError, method: str, path: str) -> Answer:
     if err.status >= 500:
         log.warning("%s %s: %s", method, loggable(path), err.message)
-    return json_response(provider.error(err), err.status)
+    return Answer(err.status, JSON, orjson.dumps(provider.error(err)))
 
 
 def loggable(path: str) -> str:
