@@ -1,25 +1,24 @@
-"""The floor of the proxy's stack: the same gunicorn + gevent + Flask + upstream client
-(geventhttpclient), forwarding the request bytes to the upstream and its bytes back, with no
-session gate, conversion or capture."""
+"""The floor of the proxy's stack: the same gunicorn + gevent worker (``infra/serve.py``'s proxy
+profile) and the same upstream client (``proxy/upstream/keepalive.py``), forwarding the request
+bytes to the upstream and its bytes back from a bare WSGI function: no framework, session gate,
+conversion or capture. (The proxy serves model calls without Flask too, ``proxy/calls.py``.)"""
 
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Iterable
 
-from flask import Flask, Response, request
-from geventhttpclient import HTTPClient
-from geventhttpclient.url import URL
+from proxy.upstream.keepalive import KeepAliveTransport
 
-app = Flask("passthrough", static_folder=None)
-_client = HTTPClient.from_url(URL(os.environ["POLAR_UPSTREAM_URL"]), concurrency=1024,
-                              connection_timeout=10.0, network_timeout=600.0)
+UPSTREAM = os.environ["POLAR_UPSTREAM_URL"].rstrip("/")
+_transport = KeepAliveTransport([UPSTREAM], 600.0)
 
 
-@app.post("/s/<sid>/v1/chat/completions")
-def forward(sid: str) -> Response:
-    resp = _client.request("POST", "/v1/chat/completions", body=request.get_data(),
-                           headers={"content-type": "application/json"})
-    try:
-        return Response(resp.read(), status=resp.status_code, mimetype="application/json")
-    finally:
-        resp.release()
+def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    if environ["REQUEST_METHOD"] != "POST":  # the benchmark's readiness probe
+        start_response("200 OK", [("Content-Length", "0")])
+        return [b""]
+    body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    status, data = _transport.request(UPSTREAM, "POST", "/v1/chat/completions", body)
+    start_response(f"{status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]

@@ -1,10 +1,15 @@
 """Proxy throughput, added latency and CPU per request, against a bare pass-through floor.
 
-    .venv/bin/python bench/proxy_bench.py [--seconds 4] [--workers 2]
+    .venv/bin/python bench/proxy_bench.py [--seconds 3] [--workers 2] [--two-messages]
 
 Starts embedded Redis, the instant fake upstream, the proxy and the pass-through (all under
-gunicorn + gevent, as in production) and drives them with bench/loadgen.py. Numbers are only
-comparable within one run; the ratios are what the benchmark reports.
+gunicorn + gevent, as in production) and drives them with bench/loadgen.py. The requests are a
+coding agent's (``bench/chat_requests.py``): a 10-message, ~4.5 kB OpenAI Chat conversation with
+tool calls, tool results and four tools at concurrency 1/64/256, and the same session grown to a
+~32k-token prompt; the fake engine answers each with a 48-token tool call, its ids and logprobs,
+and prompt ids for the whole prompt (``model: agent``). ``--two-messages`` adds the earlier,
+unrealistic 2-message request, labelled as such. Numbers are only comparable within one run; the
+ratios are what the benchmark reports.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,15 +30,31 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import loadgen  # noqa: E402
+from bench import chat_requests, loadgen  # noqa: E402
 from bench.record_bench import record_costs  # noqa: E402
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
-BODY = {"model": "fake", "max_tokens": 16, "messages": [
-    {"role": "system", "content": "You are a coding agent."},
-    {"role": "user", "content": "List the files in the current directory and summarise them."}]}
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, object, tuple[int, ...]]]:
+    """(label, request builder taking stream=, concurrencies)."""
+    out = [("10 messages", chat_requests.coding_turns, (1, 64, 256)),
+           ("32k tokens", chat_requests.long_conversation, args.long_concurrency)]
+    if args.two_messages:
+        out.append(("2 messages (toy)", chat_requests.two_messages, (1, 64)))
+    return out
+
+
+def describe(label: str, body: dict) -> str:
+    raw = _dumps(body)
+    return (f"{label}: {len(raw):,} bytes, {len(body['messages'])} messages, {len(body.get('tools') or [])} tools, "
+            f"~{len(raw) // 4:,} prompt tokens (the fake engine's count)")
+
+
+def _dumps(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()  # compact, as the JS harnesses send it
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -68,24 +90,54 @@ def tree_cpu(pid: int) -> float:
 
 
 def measure(url: str, body: bytes, concurrency: int, seconds: float, pid: int | None) -> dict:
-    loadgen.run(url, body, concurrency, seconds=min(1.0, seconds))  # warm up
     cpu0 = tree_cpu(pid) if pid else 0.0
     res = loadgen.run(url, body, concurrency, seconds=seconds)
     cpu = (tree_cpu(pid) - cpu0) if pid else 0.0
-    n = max(1, len(res.latencies))
     return {"rps": res.rps, "p50_ms": res.pct(0.5) * 1000, "p99_ms": res.pct(0.99) * 1000,
-            "cpu_ms": cpu * 1000 / n, "errors": res.errors, "n": len(res.latencies)}
+            "cpu_s": cpu, "errors": res.errors, "n": len(res.latencies)}
+
+
+def point(targets: list[tuple[str, bytes, int | None]], concurrency: int, seconds: float,
+          rounds: int) -> list[dict]:
+    """Each target (url, body, pid) measured in ``rounds`` interleaved rounds of seconds/rounds: on a
+    shared machine the load changes by the second, and comparing within a round cancels most of it.
+    Per target: the rounds' medians of rps, p50 and p99 (for ratios and differences taken per round
+    see ``rounds``), and CPU per request over all rounds."""
+    for url, body, _ in targets:
+        loadgen.run(url, body, concurrency, seconds=min(1.0, seconds))  # warm up
+    per: list[list[dict]] = [[] for _ in targets]
+    for _ in range(rounds):
+        for i, (url, body, pid) in enumerate(targets):
+            per[i].append(measure(url, body, concurrency, seconds / rounds, pid))
+    out = []
+    for runs in per:
+        n = max(1, sum(r["n"] for r in runs))
+        out.append({"rps": statistics.median(r["rps"] for r in runs),
+                    "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+                    "p99_ms": statistics.median(r["p99_ms"] for r in runs),
+                    "cpu_ms": sum(r["cpu_s"] for r in runs) * 1000 / n,
+                    "errors": sum(r["errors"] for r in runs), "rounds": runs})
+    return out
+
+
+def per_round(a: dict, b: dict, key: str, op: str) -> float:
+    """The median over rounds of a[key] - b[key] (op "-") or a[key] / b[key] (op "/")."""
+    pairs = zip(a["rounds"], b["rounds"])
+    return statistics.median(x[key] - y[key] if op == "-" else x[key] / max(y[key], 1e-9) for x, y in pairs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=3.0, help="per target and point, over all rounds")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--two-messages", action="store_true", help="also the 2-message toy request")
+    ap.add_argument("--long-concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(1, 64))
     args = ap.parse_args()
     procs: list[subprocess.Popen] = []
     with EmbeddedRedis() as redis_server:
         home = tempfile.mkdtemp(prefix="polar-bench-")
-        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough")}
+        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough", "passthrough_flask", "proxy_nometrics")}
         upstream = f"http://127.0.0.1:{ports['upstream']}"
         env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url, "POLAR_UPSTREAM_URL": upstream}
         try:
@@ -93,25 +145,34 @@ def main() -> None:
                                 "--workers", "1"], env))
             proxy = spawn(["-m", "infra.cli.main", "proxy", "--port", str(ports["proxy"]),
                            "--workers", str(args.workers)], env)
-            passthrough = spawn(["-c", "import sys; from infra.serve import run; "
-                                 f"run('bench.passthrough:app', '127.0.0.1:{ports['passthrough']}', 'proxy', "
-                                 f"workers={args.workers})"], env)
-            procs += [proxy, passthrough]
+            passthrough, flask_floor = (spawn(["-c", "from infra.serve import run; "
+                                               f"run('bench.{module}:app', '127.0.0.1:{ports[module]}', 'proxy', "
+                                               f"workers={args.workers})"], env)
+                                        for module in ("passthrough", "passthrough_flask"))
+            bare = spawn(["-m", "infra.cli.main", "proxy", "--port", str(ports["proxy_nometrics"]),
+                          "--workers", str(args.workers)], {**env, "POLAR_PROXY_METRICS": "false"})
+            procs += [proxy, passthrough, flask_floor, bare]
             for name in ports:
-                wait_http(f"http://127.0.0.1:{ports[name]}/health" if name != "passthrough"
-                          else f"http://127.0.0.1:{ports[name]}/")
+                wait_http(f"http://127.0.0.1:{ports[name]}/" + ("" if name.startswith("passthrough") else "health"))
             sid = running_session(redis_server.url)
             rows = []
-            for stream in (False, True):
-                body = json.dumps({**BODY, "stream": stream}).encode()
-                for c in (1, 64, 256):
-                    direct = measure(f"{upstream}/v1/chat/completions", json.dumps(BODY).encode(), c, args.seconds, None)
-                    prox = measure(f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, c,
-                                   args.seconds, proxy.pid)
-                    floor = measure(f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions",
-                                    json.dumps(BODY).encode(), c, args.seconds, passthrough.pid)
-                    rows.append((stream, c, direct, prox, floor))
+            for label, build, concurrencies in cases(args):
+                print(describe(label, build()), flush=True)
+                plain = _dumps(build())  # what the engine gets: never a stream
+                for stream in (False, True):
+                    body = _dumps(build(stream=stream))
+                    for c in concurrencies:
+                        direct, prox, floor, old_floor = point([
+                            (f"{upstream}/v1/chat/completions", plain, None),
+                            (f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, proxy.pid),
+                            (f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions", plain,
+                             passthrough.pid),
+                            (f"http://127.0.0.1:{ports['passthrough_flask']}/s/{sid}/v1/chat/completions", plain,
+                             flask_floor.pid)], c, args.seconds, args.rounds)
+                        rows.append((label, stream, c, direct, prox, floor, old_floor))
             report(rows, args)
+            metrics_cost(f"http://127.0.0.1:{ports['proxy']}", proxy.pid, f"http://127.0.0.1:{ports['proxy_nometrics']}",
+                         bare.pid, sid, args)
         finally:
             for p in procs:
                 try:
@@ -122,20 +183,67 @@ def main() -> None:
         record_costs(redis_server.url)
 
 
+TALLY = """
+import os, time
+from proxy.metrics import ProxyMetrics
+m = ProxyMetrics(lambda: 0, lambda: {"paused": False, "inflight": 0})
+m._flusher_pid = os.getpid()  # no background flusher here: every flush is counted below
+t = time.process_time()
+for _ in range(20_000):  # one recorded call's events, as the gateway and the call front add them
+    m.written("completion")
+    m.recorded("openai_chat", 1144, 48, 0.2, 0.0008)
+    m.answered("openai_chat", 200)
+m.flush()
+print((time.process_time() - t) / 20_000 * 1e6)
+"""
+
+
+def tally_cost() -> float:
+    """CPU us per call of the metrics alone (events + their flushes into prometheus-client's
+    multiprocess files), in a fresh process with a scratch PROMETHEUS_MULTIPROC_DIR."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = subprocess.run([sys.executable, "-c", TALLY], env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": folder},
+                             cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def metrics_cost(on: str, on_pid: int, off: str, off_pid: int, sid: str, args: argparse.Namespace) -> None:
+    """The metrics' own CPU per call, and the same proxy with and without its metrics
+    (POLAR_PROXY_METRICS=false) measured end to end, interleaved (a difference this small is
+    within the end-to-end noise of a shared machine; the first figure is the exact one)."""
+    print(f"\nmetrics: {tally_cost():.1f} us of CPU per call (tallies and their flushes, measured alone)")
+    body = _dumps(chat_requests.coding_turns())
+    print("\nmetrics on vs off (10 messages, not streamed), CPU ms per call of each proxy (all its processes):")
+    for c in (1, 64):
+        with_, without = point([(f"{on}/s/{sid}/v1/chat/completions", body, on_pid),
+                                (f"{off}/s/{sid}/v1/chat/completions", body, off_pid)], c, 2 * args.seconds,
+                               2 * args.rounds)
+        print(f"  concurrency {c:>3}: on {with_['cpu_ms']:.3f} ms ({with_['rps']:.0f} rps), off "
+              f"{without['cpu_ms']:.3f} ms ({without['rps']:.0f} rps): metrics cost "
+              f"{(with_['cpu_ms'] - without['cpu_ms']) * 1000:+.0f} us per call")
+
+
 def report(rows: list, args: argparse.Namespace) -> None:
-    print(f"\nproxy vs bare pass-through, {args.workers} gunicorn+gevent workers each, {args.seconds:.0f}s per point")
-    print(f"{'stream':>6} {'conc':>5} | {'proxy rps':>9} {'floor rps':>9} {'ratio':>6} | {'added p50':>9} "
-          f"{'added p99':>9} | {'floor +p50':>10} | {'cpu ms/req':>10} {'floor cpu':>9} | errors")
+    print(f"\nproxy vs bare pass-through, {args.workers} gunicorn+gevent workers each, {args.seconds:g}s per target "
+          f"and point in {args.rounds} interleaved rounds; ratio and added = medians of the per-round values; "
+          "added = p50/p99 over calling the fake engine directly")
+    print("floor: bench/passthrough.py (the same worker and upstream client, a bare WSGI function); "
+          "old floor: bench/passthrough_flask.py (Flask + geventhttpclient, the proxy's previous stack)")
+    print(f"{'request':>16} {'stream':>6} {'conc':>5} | {'proxy rps':>9} {'floor rps':>9} {'ratio':>6} "
+          f"{'old floor':>9} {'ratio':>6} | {'added p50':>9} {'added p99':>9} | {'floor +p50':>10} | "
+          f"{'cpu ms/req':>10} {'floor cpu':>9} | errors")
     by = {}
-    for stream, c, direct, prox, floor in rows:
-        by[(stream, c)] = prox
-        print(f"{str(stream):>6} {c:>5} | {prox['rps']:>9.0f} {floor['rps']:>9.0f} {prox['rps'] / floor['rps']:>6.2f} | "
-              f"{prox['p50_ms'] - direct['p50_ms']:>8.2f}ms {prox['p99_ms'] - direct['p99_ms']:>8.2f}ms | "
-              f"{floor['p50_ms'] - direct['p50_ms']:>9.2f}ms | {prox['cpu_ms']:>10.2f} {floor['cpu_ms']:>9.2f} | "
-              f"{prox['errors']}/{floor['errors']}")
-    for stream in (False, True):
-        r64, r256 = by[(stream, 64)]["rps"], by[(stream, 256)]["rps"]
-        print(f"stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
+    for label, stream, c, direct, prox, floor, old in rows:
+        by[(label, stream, c)] = prox
+        print(f"{label:>16} {str(stream):>6} {c:>5} | {prox['rps']:>9.0f} {floor['rps']:>9.0f} "
+              f"{per_round(prox, floor, 'rps', '/'):>6.2f} {old['rps']:>9.0f} {per_round(prox, old, 'rps', '/'):>6.2f} | "
+              f"{per_round(prox, direct, 'p50_ms', '-'):>7.2f}ms {per_round(prox, direct, 'p99_ms', '-'):>7.2f}ms | "
+              f"{per_round(floor, direct, 'p50_ms', '-'):>8.2f}ms | {prox['cpu_ms']:>10.2f} {floor['cpu_ms']:>9.2f} | "
+              f"{prox['errors']}/{floor['errors']}/{old['errors']}")
+    for label, stream, _ in sorted({(k[0], k[1], 0) for k in by}):
+        if (label, stream, 64) in by and (label, stream, 256) in by:
+            r64, r256 = by[(label, stream, 64)]["rps"], by[(label, stream, 256)]["rps"]
+            print(f"{label}, stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ without any model, so it is never the bottleneck. Behaviour is chosen by the req
 
     fake                 a short text answer ("ok")
     tools                one tool call (the first tool offered, arguments {})
+    agent                a coding agent's turn as vLLM writes it: a tool call of the first tool
+                         offered with JSON arguments, 48 sampled ids with their logprobs (tokens,
+                         bytes), ``prompt_logprobs``/``kv_transfer_params`` nulls (benchmarks)
     reject-<status>      an error answer with that 4xx status
     fail-<status>        an error answer with that 5xx status
     slow-<ms>            the normal answer after <ms> milliseconds
@@ -19,10 +22,11 @@ they would cost to record.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any, Callable, Iterable
+
+import orjson
 
 RESPONSE_IDS = [101, 102, 103]
 
@@ -37,8 +41,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     length = int(environ.get("CONTENT_LENGTH") or 0)
     raw = environ["wsgi.input"].read(length) if length else b""
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return _reply(start_response, 400, {"error": {"message": "bad json", "type": "BadRequestError", "code": 400}})
     if path == "/tokenize":
         return _reply(start_response, 200, {"count": max(1, len(raw) // 4), "max_model_len": 131072})
@@ -54,6 +58,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
             return _reply(start_response, 500, {"error": {"message": "upstream failed late", "code": 500}})
     if kind == "close":
         raise ConnectionAbortedError("closing without an answer")
+    if model == "agent":
+        return _reply(start_response, 200, _agent_turn(body, raw))
     return _reply(start_response, 200, _completion(body, raw, model))
 
 
@@ -81,7 +87,34 @@ def _completion(body: dict[str, Any], raw: bytes, model: str) -> dict[str, Any]:
     return out
 
 
+AGENT_ARGUMENTS = '{"command": "python -m pytest tests/test_version.py -q -k prerelease", "timeout": 120}'
+AGENT_IDS = list(range(151_000, 151_048))  # 48 sampled tokens: the call's markup and its arguments
+
+
+def _agent_turn(body: dict[str, Any], raw: bytes) -> dict[str, Any]:
+    tools = body.get("tools") or [{}]
+    name = (tools[0].get("function") or {}).get("name", "bash") if isinstance(tools[0], dict) else "bash"
+    n_prompt = max(1, len(raw) // 4)
+    pieces = [AGENT_ARGUMENTS[i::len(AGENT_IDS)] for i in range(len(AGENT_IDS))]  # any split will do
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+        "model": "agent", "prompt_logprobs": None, "prompt_token_ids": list(range(1000, 1000 + n_prompt)),
+        "kv_transfer_params": None, "service_tier": None, "system_fingerprint": None,
+        "choices": [{
+            "index": 0, "finish_reason": "tool_calls", "stop_reason": None, "token_ids": AGENT_IDS,
+            "message": {"role": "assistant", "content": None, "refusal": None, "annotations": None, "audio": None,
+                        "function_call": None, "reasoning": None, "reasoning_content": None,
+                        "tool_calls": [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
+                                        "function": {"name": name, "arguments": AGENT_ARGUMENTS}}]},
+            "logprobs": {"content": [{"token": p, "logprob": -0.0123 * (i % 7), "bytes": list(p.encode()),
+                                      "top_logprobs": []} for i, p in enumerate(pieces)]},
+        }],
+        "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(AGENT_IDS),
+                  "total_tokens": n_prompt + len(AGENT_IDS), "prompt_tokens_details": None},
+    }
+
+
 def _reply(start_response: Callable[..., Any], status: int, payload: dict[str, Any]) -> list[bytes]:
-    data = json.dumps(payload).encode()
+    data = orjson.dumps(payload)
     start_response(f"{status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
     return [data]

@@ -7,7 +7,12 @@ server use threads (short requests; the model serialises on its own lock anyway)
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from gunicorn.app.base import BaseApplication
 
@@ -30,7 +35,7 @@ class _App(BaseApplication):
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "proxy": {"worker_class": "gevent_pywsgi", "workers": 2, "worker_connections": 2000,
+    "proxy": {"worker_class": "infra.gevent_worker.OneWritePyWSGIWorker", "workers": 2, "worker_connections": 2000,
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
     "api": {"worker_class": "gthread", "workers": 1, "threads": 16, "timeout": 120,
             "graceful_timeout": 5},
@@ -40,6 +45,49 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) -> None:
+    # An override left unset (None, e.g. no --workers) keeps the profile's value.
     options = {**PROFILES[profile], "bind": bind, "accesslog": None, "errorlog": "-",
-               "loglevel": "warning", "proc_name": f"polar-{profile}", **overrides}
+               "loglevel": "warning", "proc_name": f"polar-{profile}",
+               **{k: v for k, v in overrides.items() if v is not None}}
     _App(app_path, options).run()
+
+
+METRICS_PREFIX = "polar-proxy-metrics-"
+
+
+def _remove_orphaned_metrics_folders() -> None:
+    """Folders of instances that were killed (SIGKILL leaves no chance to clean up)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*-*"):
+        pid = path.name[len(METRICS_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def metrics_folder() -> Iterator[Callable[[Any, Any], None]]:
+    """A fresh PROMETHEUS_MULTIPROC_DIR for one instance's workers (proxy/metrics.py), removed when
+    the instance stops; yields gunicorn's ``child_exit`` hook, which drops a dead worker's live
+    gauges (its counters stay: totals survive worker restarts). Set before any worker imports
+    prometheus-client, which picks its storage at import."""
+    _remove_orphaned_metrics_folders()
+    folder = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")  # named by the gunicorn master's pid
+    previous = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+
+    def child_exit(server: Any, worker: Any) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid, folder)
+
+    owner = os.getpid()
+    try:
+        yield child_exit
+    finally:
+        # A gunicorn worker leaves through here too (its exit unwinds the master's stack it was
+        # forked in): only the master removes the folder.
+        if os.getpid() == owner:
+            shutil.rmtree(folder, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous

@@ -10,6 +10,7 @@ The public id alone is never a credential.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -34,6 +35,7 @@ def session_of_key(key: str | None) -> str | None:
     return f"sess-{m['id']}" if m else None
 
 
+@functools.lru_cache(maxsize=4096)  # the proxy checks the same few session keys on every call
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 

@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     # Hosts a task's callback_url may name (comma-separated; empty: any host but this service's
     # own API, proxy and Flower).
     callback_allowed_hosts: str = ""
+    # The proxy's GET /metrics and the tallies behind it (proxy/metrics.py); off: neither.
+    proxy_metrics: bool = True
     # Per-request harness noise removed before the engine sees a prompt (see proxy/noise.py).
     noise_rules: str = "anthropic_billing_header"
     noise_patterns: str | None = None

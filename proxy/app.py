@@ -1,55 +1,39 @@
-"""The proxy's Flask app: every provider API, under ``/s/<session_id>`` or keyed by the session
+"""The proxy's WSGI app: every provider API, under ``/s/<session_id>`` or keyed by the session
 id as API key. Stateless apart from Redis, so any number of instances can serve any session.
 Served by gunicorn with gevent workers (``infra/serve.py``): each model call is a long, idle
 wait on the engine, and a greenlet per call lets one process hold hundreds of them.
+
+Model calls whose path names their API are served before Flask sees them (``calls.py``, the hot
+path); Flask serves the rest: bare base-URL calls, model listings, token counts, stored objects,
+health, ``/admin/*`` and ``/metrics`` (both behind the admin token).
 """
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
-import time
 from typing import Any, Callable, Iterable
 
-import orjson
-import redis
-from flask import Flask, Response, g, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from flask import Flask, g, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
 
-from pipeline.codec import nesting_depth_exceeds
-from pipeline.credentials import same_secret, session_of_key
+from pipeline.credentials import same_secret
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
+from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body
+from proxy.calls import json_response as _json
 from proxy.detection import detect
-from proxy.errors import (
-    BadRequest,
-    NotFound,
-    PayloadTooLarge,
-    ProxyError,
-    Unauthorized,
-    Unavailable,
-    UnsupportedEndpoint,
-    UpstreamError,
-)
-from proxy.gateway import Call, Gateway
-from proxy.hot_redis import RedisReplyError as HotRedisError
+from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
+from proxy.gateway import Gateway
+from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.providers import DEFAULT, PROVIDERS, Provider, Route
 from proxy.sessions import presented_key
 from proxy.upstream import UpstreamTransport
 
-log = logging.getLogger("polar.proxy")
-try:
-    from gevent import monkey as _monkey
-
-    _GEVENT = _monkey.is_module_patched("threading")
-except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
-    _GEVENT = False
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
 POLICY_VERSION = re.compile(r"^[!-~]{1,128}$")
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def create_app(settings: Settings | None = None, transport: UpstreamTransport | None = None) -> Flask:
@@ -59,7 +43,15 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     allow_plugin_modules(settings.plugin_module_list)  # an engine dialect named by import path
     gw = Gateway(settings, Stores.open(connect(settings), settings), transport)
+    calls = ModelCalls(gw, settings)
     admin_token = settings.secret("admin_token")
+    flask_wsgi = app.wsgi_app
+
+    def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        served = calls.wsgi(environ, start_response)
+        return served if served is not None else flask_wsgi(environ, start_response)
+
+    app.wsgi_app = wsgi_app  # type: ignore[method-assign]
 
     @app.route("/", defaults={"path": ""}, methods=METHODS)
     @app.route("/<path:path>", methods=METHODS)
@@ -72,7 +64,7 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         route = detect(request.method, "/" + path, request.headers)
         body = None
         if route is None and request.method == "POST":
-            body = _json_body()
+            body = json_body(request)
             route = detect(request.method, "/" + path, request.headers, body)
         if route is None:
             raise UnsupportedEndpoint(f"{request.method} /{path} is not served by this proxy")
@@ -86,9 +78,9 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
             return _json(provider.stored(route, gw.scope(gw.gate.check(key))))
         if route.kind == "count_tokens":
             gw.gate.check(key)
-            chat = provider.count_tokens_chat(body if body is not None else _json_body(), route)
+            chat = provider.count_tokens_chat(body if body is not None else json_body(request), route)
             return _json(provider.count_tokens_response(gw.count_tokens(chat)))
-        return _generate(gw, settings, route, key, body)
+        return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 
     @app.post("/admin/pause")
     def pause() -> Response:
@@ -113,127 +105,24 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         _admin(admin_token)
         return _json(gw.control.status())
 
+    @app.get("/metrics")
+    def metrics() -> Response:
+        _admin(admin_token)
+        text = gw.metrics.render()
+        if text is None:
+            raise UnsupportedEndpoint("metrics are off on this proxy (POLAR_PROXY_METRICS=false)")
+        return Response(text, content_type=METRICS_CONTENT_TYPE)
+
+    # Every failure answers in the caller's API format (``g.provider``, once detected).
     @app.errorhandler(ProxyError)
-    def proxy_error(err: ProxyError) -> Response:
-        if err.status >= 500:
-            log.warning("%s %s: %s", request.method, loggable(request.path), err.message)
-        provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
-        return _json(provider.error(err), err.status)
-
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        if isinstance(exc, RequestEntityTooLarge):
-            return proxy_error(PayloadTooLarge(f"request body exceeds {settings.max_request_bytes} bytes"))
-        err = BadRequest(exc.description or str(exc))
-        err.status = exc.code or 400
-        return proxy_error(err)
-
     @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> Response:
-        if isinstance(exc, (redis.RedisError, HotRedisError, ConnectionError)):
-            return proxy_error(Unavailable("the proxy's Redis is unavailable; retry shortly"))
-        log.exception("unexpected error on %s %s", request.method, loggable(request.path))
-        return proxy_error(UpstreamError(f"internal proxy error: {type(exc).__name__}"))
+    def any_error(exc: Exception) -> Response:
+        err = as_proxy_error(exc, request.method, request.path, settings.max_request_bytes)
+        provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
+        return error_answer(provider, err, request.method, request.path).response()
 
     return app
-
-
-def _generate(gw: Gateway, settings: Settings, route: Route, key: str | None, body: Any) -> Response:
-    provider: Provider = g.provider
-    lease, seq, version = gw.admit(key)
-    scope = gw.scope(lease.session_id, request.args)
-    started = time.time()
-    try:
-        body = body if body is not None else _json_body()
-        parsed = _parse(provider, body, route, provider.context(body, scope))
-    except ProxyError as err:
-        gw.fail(lease, provider.name, err, body, started)
-        raise
-    except BaseException:
-        gw.abandon(lease)
-        raise
-    call = Call(lease, seq, version, provider, parsed, body, started, scope)
-    if not parsed.stream:
-        _, response = gw.complete(call)
-        return _json(response)
-    return _stream(gw, call, settings.stream_keepalive_seconds)
-
-
-def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
-    try:
-        return provider.parse(body, path_model=route.model, stream=route.stream, **context)
-    except ProxyError:
-        raise
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
-        # A shape the translation did not anticipate is still the client's malformed input:
-        # answer 400 in its format (and log it, it may deserve a precise message).
-        log.warning("unexpected %s request shape: %r", provider.name, exc)
-        raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
-
-
-def _stream(gw: Gateway, call: Call, keepalive: float) -> Response:
-    writer = call.provider.stream(call.parsed)
-    job = _Job(gw.complete, call)
-    if job.wait(keepalive):  # fast: a real HTTP error status is still possible
-        turn, response = job.result()
-        # One buffer: the server writes each item of a body as its own chunk and syscall.
-        return _streamed([b"".join(writer.head(turn) + writer.body(response, turn))], writer.content_type)
-
-    def events() -> Iterable[bytes]:
-        yield from writer.head()
-        while not job.wait(keepalive):
-            ping = writer.keepalive()
-            if ping:
-                yield ping
-        try:
-            turn, response = job.result()
-        except ProxyError as err:  # the stream has begun: the error becomes an event
-            yield from writer.error(err)
-            return
-        yield from writer.body(response, turn)
-
-    return _streamed(events(), writer.content_type)
-
-
-def _streamed(body: Iterable[bytes], content_type: str) -> Response:
-    return Response(body, mimetype=content_type, headers=SSE_HEADERS)
-
-
-class _Job:
-    """The engine call runs beside the response so a slow answer can be streamed with keepalives:
-    a bare greenlet under gunicorn's gevent workers (cheap), a thread anywhere else."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-        if _GEVENT:
-            import gevent
-            import gevent.event
-
-            self._done = gevent.event.Event()
-            gevent.spawn(self._run, fn, *args)
-        else:
-            self._done = threading.Event()
-            threading.Thread(target=self._run, args=(fn, *args), daemon=True).start()
-
-    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            self._value = fn(*args)
-        except ProxyError as err:
-            self._error = err
-        except BaseException as exc:  # noqa: BLE001 - reported to the client as an upstream error
-            log.exception("model call failed")
-            self._error = UpstreamError(f"internal proxy error: {type(exc).__name__}")
-        finally:
-            self._done.set()
-
-    def wait(self, timeout: float) -> bool:
-        return bool(self._done.wait(timeout))
-
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
@@ -249,8 +138,14 @@ def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
 
 
 def _admin(token: str | None) -> None:
-    if token is not None and not same_secret(request.headers.get("x-polar-admin-token"), token):
-        raise Unauthorized("the admin endpoints need the x-polar-admin-token header (POLAR_ADMIN_TOKEN)")
+    """The admin token, as ``x-polar-admin-token`` or as a bearer token (what Prometheus sends)."""
+    if token is None:
+        return
+    auth = request.headers.get("Authorization") or ""
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    if not (same_secret(request.headers.get("x-polar-admin-token"), token) or same_secret(bearer, token)):
+        raise Unauthorized("the admin endpoints and /metrics need the admin token (POLAR_ADMIN_TOKEN) as the "
+                           "x-polar-admin-token header or as Authorization: Bearer")
 
 
 def _health(gw: Gateway) -> Response:
@@ -258,30 +153,3 @@ def _health(gw: Gateway) -> Response:
     checks = {"redis": gw.redis_ok(), "upstream": gw.pool.reachable()}
     return _json({"status": "ok" if all(checks.values()) else "unavailable", **checks},
                  200 if all(checks.values()) else 503)
-
-
-def loggable(path: str) -> str:
-    """A request path fit for a log: a session key in it becomes its public session id."""
-    if not path.startswith("/s/"):
-        return path
-    key, sep, rest = path[3:].partition("/")
-    return f"/s/{session_of_key(key) or '<key>'}{sep}{rest}"
-
-
-MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never this deep
-
-
-def _json_body() -> Any:
-    raw = request.get_data(cache=True)
-    try:
-        # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
-        body = orjson.loads(raw)
-    except (orjson.JSONDecodeError, RecursionError) as exc:
-        raise BadRequest(f"malformed JSON body: {exc}") from None
-    if nesting_depth_exceeds(body, MAX_JSON_DEPTH):
-        raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    return body
-
-
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from typing import Any
 
 from pipeline.codec import pack
@@ -22,7 +22,7 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
     slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
                        for c in upstream.get("choices") or []]
     return pack({
-        "completion_id": f"cmpl-{uuid.uuid4().hex}",
+        "completion_id": f"cmpl-{os.urandom(16).hex()}",
         "session_id": session_id,
         "seq": seq,
         "provider": provider,

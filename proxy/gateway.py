@@ -1,8 +1,9 @@
 """One model call, end to end: admission (session gate + pause gate, one Redis round trip) ->
-engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
+the engine request (the provider's translation, harness noise scrubbed, the served model name)
+-> engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
 ``context_limits``) -> capture -> the caller's response -> release (one round trip, with the
-record). The only module besides ``app`` that does I/O; Redis is reached through the
-``pipeline`` stores' commands."""
+record). With ``app``/``calls`` the only modules that do I/O; Redis is reached through the
+``pipeline`` stores' commands. Metrics are tallied in process (``metrics``), never in Redis."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
 from proxy.hot_redis import HotRedis, NoScript
 from proxy.inflight import InflightCalls, Lease
+from proxy.metrics import NoMetrics, ProxyMetrics
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
@@ -38,8 +40,9 @@ class Call:
     provider: Provider
     parsed: Parsed
     original: dict[str, Any]
-    started: float
+    started: float  # wall clock, after admission (the record's started_at)
     scope: ProviderScope
+    received: float  # perf_counter when the request arrived (the proxy's own time, metrics)
 
     @property
     def session_id(self) -> str:
@@ -59,6 +62,8 @@ class Gateway:
         self.noise = noise.rules_from(settings.noise_rules, settings.noise_patterns)
         self.contexts = ContextLengths(settings.upstream_context_length, self._model_cards)
         self.context_reserve = int(getattr(self.engine, "context_reserve", 0))
+        self.metrics: ProxyMetrics | NoMetrics = (ProxyMetrics(self.inflight.count, self.control.status)
+                                                  if settings.proxy_metrics else NoMetrics())
 
     def _model_cards(self, endpoint: str) -> list[dict[str, Any]]:
         data = self.pool.get_json("/v1/models", endpoint=endpoint).get("data")
@@ -122,6 +127,7 @@ class Gateway:
             session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
             started_at=started, finished_at=time.time())))
+        self.metrics.written("error")
 
     def abandon(self, lease: Lease) -> None:
         self._release(lease, [])
@@ -133,11 +139,10 @@ class Gateway:
         gone), so POSTRUN's in-flight wait and the pause drain are exact."""
         sid, parsed = call.session_id, call.parsed
         try:
-            chat, normalizations = noise.scrub(parsed.chat, self.noise)
-            chat = dict(chat)
-            if self.settings.upstream_model:
-                chat["model"] = self.settings.upstream_model
+            chat, normalizations = self._engine_request(parsed)
             requested_max_tokens = chat.get("max_tokens")
+            # (Token-in prompts, issue 14, slot in here: ids of the recorded completion this request
+            # continues, spliced into the engine request before it is sampled.)
             t0 = time.perf_counter()
             raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
@@ -161,8 +166,20 @@ class Gateway:
             self.abandon(call.lease)
             raise
         self._release(call.lease, self.stores.records.append_completion_commands(sid, record))
+        self.metrics.written("completion")
+        self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
+                              latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)
         call.provider.completed(parsed, response, sampled, call.scope)
         return turn, response
+
+    def _engine_request(self, parsed: Parsed) -> tuple[dict[str, Any], list[str]]:
+        """The Chat Completions request the engine is sent (before its dialect's capture fields),
+        and the noise rules that changed it. A new dict: the parsed request stays as translated."""
+        chat, normalizations = noise.scrub(parsed.chat, self.noise)
+        chat = dict(chat)
+        if self.settings.upstream_model:
+            chat["model"] = self.settings.upstream_model
+        return chat, normalizations
 
     # --- fitting the output limit into the engine's context (see context_limits) -------------------
 

@@ -29,6 +29,16 @@ class _Stale(Exception):
     """The connection was closed before any reply: the commands were not processed."""
 
 
+def send_all(sock: socket.socket, data: bytes) -> None:
+    """``sock.sendall`` without gevent's per-call overhead (a getsockopt syscall, a timeout clock,
+    a chunking loop): a plain ``send`` rarely leaves anything over for the loop."""
+    sent = sock.send(data)
+    if sent < len(data):
+        view = memoryview(data)
+        while sent < len(data):
+            sent += sock.send(view[sent:])
+
+
 class HotRedis:
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         self.url = url
@@ -71,7 +81,7 @@ class HotRedis:
         sock, reader = conn
         replies: list[Any] = []
         try:
-            sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
+            send_all(sock, b"".join(hiredis.pack_command(tuple(c)) for c in commands))
             while len(replies) < len(commands):
                 reply = reader.gets()
                 if reply is False:

@@ -10,7 +10,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,19 +32,27 @@ class InflightCalls:
         self.lease_seconds = lease_seconds
         self._calls: dict[str, Lease] = {}
         self._beating_in: int | None = None  # the pid whose heartbeat runs (forked workers start their own)
+        # Makes "add a call, is a heartbeat running?" one step against the heartbeat's "no calls
+        # left, stop"; removing a call needs no lock (dict.pop is atomic).
         self._lock = threading.Lock()
 
     def new(self, session_id: str) -> tuple[Lease, float]:
         """A lease for a call about to be admitted, and its first expiry."""
-        lease = Lease(uuid.uuid4().hex, session_id)
+        lease = Lease(os.urandom(16).hex(), session_id)
+        pid = os.getpid()
         with self._lock:
             self._calls[lease.call_id] = lease
-        self._ensure_heartbeat()
+            start = self._beating_in != pid
+            if start:
+                self._beating_in = pid
+        if start:
+            # A heartbeat per process (forked workers start their own); a thread, i.e. a greenlet
+            # under gunicorn's gevent workers: it renews the leases while calls wait.
+            threading.Thread(target=self._beat, name="polar-call-leases", daemon=True).start()
         return lease, self.expiry()
 
     def done(self, lease: Lease) -> None:
-        with self._lock:
-            self._calls.pop(lease.call_id, None)
+        self._calls.pop(lease.call_id, None)
 
     def expiry(self) -> float:
         return time.time() + self.lease_seconds
@@ -60,16 +67,6 @@ class InflightCalls:
             cmds += self.stores.proxy_control.renew_commands(lease.call_id, expiry)
             cmds += self.stores.sessions.renew_call_commands(lease.session_id, lease.call_id, expiry)
         return cmds
-
-    def _ensure_heartbeat(self) -> None:
-        """A heartbeat runs while this process holds calls (one per process: forked workers
-        start their own)."""
-        with self._lock:
-            if self._beating_in == os.getpid():
-                return
-            self._beating_in = os.getpid()
-        # A thread (a greenlet under gunicorn's gevent workers): it renews while calls wait.
-        threading.Thread(target=self._beat, name="polar-call-leases", daemon=True).start()
 
     def _beat(self) -> None:
         while True:

@@ -57,19 +57,31 @@ def scrub(chat: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any], list
     if not rules:
         return chat, []
     fired: set[str] = set()
-    messages = []
-    for m in chat.get("messages") or []:
-        new = _scrub_message(m, rules, fired) if isinstance(m, dict) else m
-        messages.append(new)
+    by_role: dict[str | None, list[Rule]] = {}  # the rules that apply to each role, worked out once
+    messages = chat.get("messages") or []
+    changed: list[Any] | None = None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role")
+        role = role if isinstance(role, str) else None
+        applicable = by_role.get(role)
+        if applicable is None:
+            applicable = by_role[role] = [r for r in rules if not r.roles or role in r.roles]
+        if not applicable:
+            continue
+        new = _scrub_message(m, applicable, fired)
+        if new is not m:
+            changed = changed if changed is not None else list(messages)
+            changed[i] = new
     if not fired:
         return chat, []
-    return {**chat, "messages": messages}, sorted(fired)
+    return {**chat, "messages": changed if changed is not None else list(messages)}, sorted(fired)
 
 
-def _scrub_message(m: dict[str, Any], rules: list[Rule], fired: set[str]) -> dict[str, Any]:
-    applicable = [r for r in rules if not r.roles or m.get("role") in r.roles]
+def _scrub_message(m: dict[str, Any], applicable: list[Rule], fired: set[str]) -> dict[str, Any]:
     content = m.get("content")
-    if not applicable or content is None:
+    if content is None:
         return m
 
     def clean(text: str) -> str:

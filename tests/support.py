@@ -88,3 +88,11 @@ def records(redis_url: str, key: str) -> tuple[list[dict], list[dict]]:
     store = RecordStore(redis.Redis.from_url(redis_url), 3600)
     done, _ = store.completions(sid)
     return [r.model_dump() for r in done], [e.model_dump() for e in store.errors(sid)]
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Prometheus text as {(sample name, sorted label pairs): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

@@ -69,7 +69,7 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
     from gevent import monkey
 
     monkey.patch_all()  # before redis/ssl are imported anywhere in this process
-    from infra.serve import run
+    from infra.serve import metrics_folder, run
 
     settings = Settings.from_env()
     settings.require_redis()
@@ -79,7 +79,8 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
     if socket_path:
         socket_path.parent.mkdir(parents=True, exist_ok=True)
         binds.append(f"unix:{socket_path}")
-    run("proxy.wsgi:app", binds, "proxy", workers=workers)
+    with metrics_folder() as child_exit:
+        run("proxy.wsgi:app", binds, "proxy", workers=workers, child_exit=child_exit)
 
 
 @cli.command()

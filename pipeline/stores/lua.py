@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 import redis
@@ -23,7 +24,7 @@ class Lua:
     name: str
     source: str
 
-    @property
+    @cached_property  # the proxy sends it on every call
     def sha(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
 
@@ -256,7 +256,7 @@ def shared_models_route(method: str, path: str, name: str) -> Route | None:
 # --- helpers -----------------------------------------------------------------------------------
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+    return f"{prefix}_{os.urandom(12).hex()}"
 
 
 def require_object(body: Any) -> dict[str, Any]:

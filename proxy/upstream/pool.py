@@ -5,7 +5,7 @@ Affinity is rendezvous hashing over (session, endpoint): stable per session, and
 endpoint moves only the sessions that were on it. Only connection failures are retried, on
 the next endpoint: a timeout or an error answer may mean the engine did (or is doing) the
 work, and sampling twice must not happen silently. Bytes move through an ``UpstreamTransport``
-(``transport.py``): geventhttpclient in production, a WSGI app in-process in tests.
+(``transport.py``): ``keepalive.py``'s HTTP/1.1 client in production, a WSGI app in-process in tests.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from proxy.errors import UpstreamError, UpstreamRejected
-from proxy.upstream.transport import GeventTransport, Unreachable, UpstreamTransport, reachable
+from proxy.upstream.keepalive import KeepAliveTransport
+from proxy.upstream.transport import Unreachable, UpstreamTransport, reachable
 
 
 class UpstreamPool:
@@ -25,13 +26,15 @@ class UpstreamPool:
         self.urls = [u.strip().rstrip("/") for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not self.urls:
             raise ValueError("no upstream URL configured")
-        self.transport = transport or GeventTransport(self.urls, timeout_seconds)
+        self.transport = transport or KeepAliveTransport(self.urls, timeout_seconds)
 
     def reachable(self) -> bool:
         """Whether any endpoint accepts connections (one is enough to serve)."""
         return any(reachable(self.transport, u) for u in self.urls)
 
     def order(self, affinity: str) -> list[str]:
+        if len(self.urls) == 1:
+            return self.urls
         return sorted(self.urls, key=lambda u: hashlib.blake2b(f"{affinity}|{u}".encode(), digest_size=8).digest(),
                       reverse=True)
 

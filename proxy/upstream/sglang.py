@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import Captured, CaptureError, first_choice
+from proxy.upstream.base import Captured, CaptureError, first_choice, token_ids
 
 
 class SGLangEngine:
@@ -49,7 +49,7 @@ class SGLangEngine:
         else:
             raise CaptureError(f"upstream logprobs do not align with its {len(ids)} token ids")
         tokens = [str(e.get("token", "")) for e in content] if isinstance(content, list) and len(content) == len(ids) else None
-        return Captured(prompt_ids=[int(t) for t in prompt_ids], response_ids=[int(t) for t in ids],
+        return Captured(prompt_ids=token_ids(prompt_ids), response_ids=token_ids(ids),
                         response_logprobs=logprobs, response_tokens=tokens,
                         finish_reason=choice.get("finish_reason"), stop_reason=choice.get("matched_stop"))
 

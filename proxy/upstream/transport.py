@@ -1,10 +1,8 @@
 """How the endpoint pool reaches an inference server: one method, ``request``.
 
-``GeventTransport`` is production's (geventhttpclient: a C-parser client built for gevent; under
-hundreds of concurrent calls per process it costs a fraction of httpx's CPU and does not degrade
-with concurrency, see bench/). ``WSGITransport`` calls a WSGI app in-process, so the proxy can be
-tested against a scripted engine (``infra/fake_upstream.py``, the reference server) without
-sockets or processes.
+``KeepAliveTransport`` (``keepalive.py``) is production's: HTTP/1.1 keep-alive on gevent sockets.
+``WSGITransport`` calls a WSGI app in-process, so the proxy can be tested against a scripted
+engine (``infra/fake_upstream.py``, the reference server) without sockets or processes.
 
 Errors: ``Unreachable`` when nothing was sent (the pool may try the next endpoint),
 ``UpstreamTimeout``, or ``UpstreamError`` when the answer broke off.
@@ -12,17 +10,12 @@ Errors: ``Unreachable`` when nothing was sent (the pool may try the next endpoin
 
 from __future__ import annotations
 
-import errno
 import io
-import socket
 import sys
 from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import urlsplit
 
-from proxy.errors import UpstreamError, UpstreamTimeout
-
-_UNREACHABLE = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
-_JSON = {"content-type": "application/json"}
+from proxy.errors import UpstreamError
 
 
 class Unreachable(Exception):
@@ -39,40 +32,6 @@ def reachable(transport: UpstreamTransport, base: str) -> bool:
     count as reachable)."""
     probe = getattr(transport, "reachable", None)
     return bool(probe(base)) if probe is not None else True
-
-
-class GeventTransport:
-    def __init__(self, urls: list[str], timeout_seconds: float, concurrency: int = 1024) -> None:
-        from geventhttpclient import HTTPClient
-        from geventhttpclient.url import URL
-
-        self._clients = {u: HTTPClient.from_url(URL(u), concurrency=concurrency, connection_timeout=10.0,
-                                                network_timeout=timeout_seconds) for u in urls}
-        self._prefix = {u: URL(u).path.rstrip("/") for u in urls}
-
-    def reachable(self, base: str) -> bool:
-        parts = urlsplit(base)
-        try:
-            socket.create_connection((parts.hostname, parts.port or 80), timeout=1.0).close()
-            return True
-        except OSError:
-            return False
-
-    def request(self, base: str, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        try:
-            resp = self._clients[base].request(method, self._prefix[base] + path, body=body, headers=_JSON)
-            try:
-                return resp.status_code, resp.read()
-            finally:
-                resp.release()
-        except (socket.timeout, TimeoutError) as exc:
-            raise UpstreamTimeout(f"inference server {base} timed out") from exc
-        except OSError as exc:
-            if exc.errno in _UNREACHABLE or isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
-                raise Unreachable() from exc
-            raise UpstreamError(f"inference server {base} failed: {exc!r}") from exc
-        except Exception as exc:  # geventhttpclient's parse errors: the connection broke mid-answer
-            raise UpstreamError(f"inference server {base} failed: {exc!r}") from exc
 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

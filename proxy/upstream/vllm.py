@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.upstream.base import Captured, CaptureError, first_choice
+from proxy.upstream.base import Captured, CaptureError, first_choice, token_ids
 
 
 class VLLMEngine:
@@ -38,8 +38,8 @@ class VLLMEngine:
             raise CaptureError(f"upstream logprobs ({len(content) if isinstance(content, list) else 'none'}) "
                                f"do not align with its {len(response_ids)} token ids")
         return Captured(
-            prompt_ids=[int(t) for t in prompt_ids],
-            response_ids=[int(t) for t in response_ids],
+            prompt_ids=token_ids(prompt_ids),
+            response_ids=token_ids(response_ids),
             response_logprobs=[float(e["logprob"]) for e in content],
             response_tokens=[str(e.get("token", "")) for e in content],
             finish_reason=choice.get("finish_reason"),

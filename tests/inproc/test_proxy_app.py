@@ -85,6 +85,30 @@ def test_malformed_json_and_oversized_bodies(proxy_app, redis_url, kind):
     assert done == [] and len(errors) == 1  # the 413 is refused before the session is touched
 
 
+def _nested(levels: int):
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_body_nesting_deeper_than_128_levels_is_refused(proxy_app, redis_url, kind):
+    key = running_session(redis_url)
+    client = proxy_app.test_client()
+    deep = client.post(f"/s/{key}{PATHS[kind]}", json={"model": "fake", "messages": MSG, "extra": _nested(128)})
+    assert deep.status_code == 400 and error_shape(kind, deep.get_json())
+    assert "nests deeper than 128 levels" in str(deep.get_json())
+    assert len(records(redis_url, key)[1]) == 1
+
+
+def test_a_body_nesting_exactly_128_levels_is_served(proxy_app, redis_url):
+    key = running_session(redis_url)
+    ok = proxy_app.test_client().post(f"/s/{key}/v1/chat/completions",
+                                      json={"model": "fake", "messages": MSG, "extra": _nested(127)})
+    assert ok.status_code == 200 and ok.get_json()["choices"][0]["message"]["content"] == "ok"
+
+
 def test_ended_session_is_refused(proxy_app, redis_url, r):
     key = running_session(redis_url)
     SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
@@ -176,3 +200,35 @@ def test_invalid_unicode_and_deep_nesting_are_400_in_the_callers_format(proxy_ap
     key = running_session(redis_url)
     resp = proxy_app.test_client().post(f"/s/{key}{PATHS[kind]}", data=raw, content_type="application/json")
     assert resp.status_code == 400 and error_shape(kind, resp.get_json())
+
+
+def test_a_model_call_leaves_no_reference_cycles(proxy_app, redis_url):
+    """Served from WSGI, a call's request, body and answer are freed as soon as it ends (a cycle
+    would keep them, the body included, until a garbage collection walks them)."""
+    import gc
+    import io
+    import json
+
+    key = running_session(redis_url)
+    body = json.dumps({"model": "fake", "messages": MSG}).encode()
+
+    def one(stream: bool) -> None:
+        raw = body if not stream else json.dumps({"model": "fake", "messages": MSG, "stream": True}).encode()
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": f"/s/{key}/v1/chat/completions", "QUERY_STRING": "",
+                   "SERVER_NAME": "proxy.test", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+                   "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw),
+                   "wsgi.errors": io.StringIO(), "wsgi.url_scheme": "http", "wsgi.version": (1, 0),
+                   "wsgi.multithread": False, "wsgi.multiprocess": True, "wsgi.run_once": False}
+        status = []
+        assert b"".join(proxy_app(environ, lambda s, h, e=None: status.append(s))) and status[0].startswith("200")
+
+    for stream in (False, True):
+        one(stream)  # warm: first-use caches
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(5):
+                one(stream)
+            assert gc.collect() == 0
+        finally:
+            gc.enable()

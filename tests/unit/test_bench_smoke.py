@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
-from bench import blob_bench, merge_bench, record_bench
+from bench import blob_bench, chat_requests, merge_bench, record_bench
+from bench.proxy_bench import _dumps
+from infra import fake_upstream
+from proxy import upstream
 
 
 def test_record_bench_converts_and_records_every_provider():
@@ -33,3 +36,15 @@ def test_blob_bench_measures_both_shapes_and_formats():
         m = blob_bench.measure(make(3000, messages=True), repeat=1)
         assert 2000 < m["tokens"] <= 3000 and m["v3"]["bpt"] <= m["v2"]["bpt"] < m["v1"]["bpt"]
         assert all(m[v]["numpy"] > 0 and m[v]["dec"] > 0 for v in ("v1", "v2", "v3"))
+
+
+def test_proxy_bench_requests_and_the_fake_engines_agent_turn():
+    ten, long = chat_requests.coding_turns(), chat_requests.long_conversation()
+    assert len(ten["messages"]) == 10 and 4400 < len(_dumps(ten)) < 4700
+    assert [m["role"] for m in ten["messages"][:4]] == ["system", "user", "assistant", "tool"]
+    assert len(_dumps(long)) >= 32_768 * 4
+    raw = _dumps(ten)
+    answer = fake_upstream._agent_turn(ten, raw)
+    captured = upstream.create("vllm").extract(answer)  # the shape the proxy records from vLLM
+    assert len(captured.prompt_ids) == len(raw) // 4 and len(captured.response_ids) == 48
+    assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"

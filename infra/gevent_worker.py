@@ -1,0 +1,61 @@
+"""gunicorn's gevent pywsgi worker, answering each response in one write.
+
+gevent's pywsgi sends a response's status line and headers with one ``send`` and its body with
+another. On loopback every ``send`` wakes the reader, and on a small machine each wake-up is a
+context switch pair in the middle of the request; for the proxy (a client, its engine and Redis
+on the same few cores) that second write was a measurable part of its added latency
+(bench/proxy_bench.py). The headers and the first body chunk now go out together, through a
+plain send loop; gunicorn's access line is only built when an access log is configured.
+Everything else (chunked streams, keepalives, errors) is gunicorn's and gevent's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
+
+from proxy.hot_redis import send_all
+
+
+class OneWriteHandler(PyWSGIHandler):
+    def _write_with_headers(self, data: Any) -> None:  # gevent.pywsgi.WSGIHandler's, with one send
+        self.headers_sent = True
+        self.finalize_headers()
+        out = bytearray(b"HTTP/1.1 ")
+        out += self.status
+        out += b"\r\n"
+        for header, value in self.response_headers:
+            out += header
+            out += b": "
+            out += value
+            out += b"\r\n"
+        out += b"\r\n"
+        if data:
+            if self.response_use_chunked:
+                out += b"%x\r\n" % len(data)
+                out += data
+                out += b"\r\n"
+            else:
+                out += data
+        self._sendall(out)
+
+    def _sendall(self, data: Any) -> None:  # gevent.pywsgi.WSGIHandler's, without gevent's sendall overhead
+        try:
+            send_all(self.socket, data)
+        except OSError as ex:
+            self.status = "socket error: %s" % ex
+            if self.code > 0:
+                self.code = -self.code
+            raise
+        self.response_length += len(data)
+
+    def log_request(self) -> None:
+        """gunicorn's access line, built only when an access log is configured (it formats dates
+        and wraps the response for every request, then drops it)."""
+        if getattr(self.server.log, "access_log_enabled", True):  # gunicorn's own test
+            super().log_request()
+
+
+class OneWritePyWSGIWorker(GeventPyWSGIWorker):
+    wsgi_handler = OneWriteHandler

@@ -1,0 +1,264 @@
+"""Model calls, the proxy's hot path: the request read, the call admitted, translated, sampled
+and recorded by the gateway, the answer (or the error, in the caller's own API format) written.
+
+A POST whose path names its API (``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``,
+Gemini's ``:generateContent``, under ``/s/<key>`` or not) is served straight from WSGI
+(``ModelCalls.wsgi``): Flask's routing, contexts and response finalising cost more per call than
+the rest of the proxy's own work on a 10-message request (bench/proxy_profile.py). Everything
+else, including a bare base-URL POST whose API only its body tells, goes through the Flask app
+(``app.py``), which hands model calls back to ``ModelCalls.generate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+import orjson
+import redis
+from werkzeug.datastructures import EnvironHeaders
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.http import HTTP_STATUS_CODES
+from werkzeug.wrappers import Request, Response
+
+from pipeline.codec import nesting_depth_exceeds
+from pipeline.credentials import session_of_key
+from pipeline.settings import Settings
+from proxy.detection import detect
+from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, Unavailable, UpstreamError
+from proxy.gateway import Call, Gateway
+from proxy.hot_redis import RedisReplyError as HotRedisError
+from proxy.providers import PROVIDERS, Provider, Route
+from proxy.sessions import presented_key
+
+log = logging.getLogger("polar.proxy")
+try:
+    import gevent
+    import gevent.event
+    from gevent import monkey as _monkey
+
+    _GEVENT = _monkey.is_module_patched("threading")
+except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
+    _GEVENT = False
+SSE_HEADERS = [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
+JSON = "application/json"
+MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never this deep
+
+
+class ModelCalls:
+    def __init__(self, gw: Gateway, settings: Settings) -> None:
+        self.gw = gw
+        self.metrics = gw.metrics
+        self.keepalive = settings.stream_keepalive_seconds
+        self.max_request_bytes = settings.max_request_bytes
+
+    def wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes] | None:
+        """Serve a model call whose path names its API; None for any other request."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            return None
+        path = environ.get("PATH_INFO") or "/"
+        key = None
+        if path.startswith("/s/"):
+            key, _, rest = path[3:].partition("/")
+            if not key:
+                return None
+            path = "/" + rest
+        route = detect("POST", path, EnvironHeaders(environ))
+        if route is None or route.kind != "generate":
+            return None
+        req = Request(environ, populate_request=False)  # no environ <-> request cycle left for the GC
+        req.max_content_length = self.max_request_bytes
+        return self.generate(req, route, key, None).wsgi(start_response)
+
+    def generate(self, req: Request, route: Route, key: str | None, body: Any) -> Answer:
+        """One model call (``body``: already parsed, or None), answered in its provider's format."""
+        provider = PROVIDERS[route.provider]
+        received = time.perf_counter()
+        try:
+            response, answered = self._generate(req, provider, route, key, body, received)
+        except Exception as exc:
+            err = as_proxy_error(exc, req.method, req.path, self.max_request_bytes)
+            self.metrics.failed(provider.name, type(err).__name__)
+            self.metrics.answered(provider.name, err.status)
+            return error_answer(provider, err, req.method, req.path)
+        if answered:
+            self.metrics.answered(provider.name, 200)
+        return response
+
+    def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
+                  received: float) -> tuple[Answer, bool]:
+        gw = self.gw
+        lease, seq, version = gw.admit(presented_key(key, req.headers, req.args))
+        scope = gw.scope(lease.session_id, req.args)
+        started = time.time()
+        try:
+            body = body if body is not None else json_body(req)
+            parsed = _parse(provider, body, route, provider.context(body, scope))
+        except ProxyError as err:
+            gw.fail(lease, provider.name, err, body, started)
+            raise
+        except BaseException:
+            gw.abandon(lease)
+            raise
+        call = Call(lease, seq, version, provider, parsed, body, started, scope, received)
+        if not parsed.stream:
+            _, response = gw.complete(call)
+            return Answer(200, JSON, orjson.dumps(response)), True
+        return self._stream(call)
+
+    def _stream(self, call: Call) -> tuple[Answer, bool]:
+        """The answer as its API's event stream: in one write when the engine answers within the
+        keepalive interval (an HTTP error status is then still possible), else opened at once and
+        kept alive while the engine works (the metrics count it when it ends)."""
+        writer = call.provider.stream(call.parsed)
+        job = _Job(self.gw.complete, call)
+        if job.wait(self.keepalive):
+            turn, response = job.result()
+            # One buffer: the server writes each item of a body as its own chunk and syscall.
+            return Answer(200, writer.content_type, b"".join(writer.head(turn) + writer.body(response, turn)),
+                          SSE_HEADERS), True
+        metrics, provider, keepalive = self.metrics, call.provider.name, self.keepalive
+
+        def events() -> Iterable[bytes]:
+            yield from writer.head()
+            while not job.wait(keepalive):
+                ping = writer.keepalive()
+                if ping:
+                    yield ping
+            try:
+                turn, response = job.result()
+            except ProxyError as err:  # the stream has begun: the error becomes an event
+                metrics.failed(provider, type(err).__name__)
+                metrics.answered(provider, err.status)
+                yield from writer.error(err)
+                return
+            metrics.answered(provider, 200)
+            yield from writer.body(response, turn)
+
+        return Answer(200, writer.content_type, events(), SSE_HEADERS), False
+
+
+def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
+    try:
+        return provider.parse(body, path_model=route.model, stream=route.stream, **context)
+    except ProxyError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        # A shape the translation did not anticipate is still the client's malformed input:
+        # answer 400 in its format (and log it, it may deserve a precise message).
+        log.warning("unexpected %s request shape: %r", provider.name, exc)
+        raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
+
+
+class Answer:
+    """What a model call answers: written straight to WSGI on the hot path (a werkzeug Response
+    costs more to build and finalise than the rest of the answer), or as a Response for Flask."""
+
+    __slots__ = ("status", "content_type", "body", "headers")
+
+    def __init__(self, status: int, content_type: str, body: bytes | Iterable[bytes],
+                 headers: list[tuple[str, str]] | None = None) -> None:
+        self.status = status
+        self.content_type = content_type if content_type.startswith(JSON) else f"{content_type}; charset=utf-8"
+        self.body = body
+        self.headers = headers or []
+
+    def wsgi(self, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        headers = [("Content-Type", self.content_type), *self.headers]
+        if isinstance(self.body, bytes):
+            headers.append(("Content-Length", str(len(self.body))))
+            body: Iterable[bytes] = [self.body]
+        else:
+            body = self.body  # an event stream of unknown length: the server chunks it
+        start_response(f"{self.status} {HTTP_STATUS_CODES.get(self.status, 'Unknown')}", headers)
+        return body
+
+    def response(self) -> Response:
+        body = [self.body] if isinstance(self.body, bytes) else self.body
+        return Response(body, status=self.status, content_type=self.content_type, headers=self.headers)
+
+
+class _Job:
+    """The engine call runs beside the response so a slow answer can be streamed with keepalives:
+    a bare greenlet under gunicorn's gevent workers (cheap), a thread anywhere else."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        if _GEVENT:
+            self._done = gevent.event.Event()
+            gevent.spawn(self._run, fn, *args)
+        else:
+            self._done = threading.Event()
+            threading.Thread(target=self._run, args=(fn, *args), daemon=True).start()
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except ProxyError as err:
+            self._error = err
+        except BaseException as exc:  # noqa: BLE001 - reported to the client as an upstream error
+            log.exception("model call failed")
+            self._error = UpstreamError(f"internal proxy error: {type(exc).__name__}")
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self._done.wait(timeout))
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+# --- request bodies, answers, errors (shared with the Flask routes) ------------------------------
+
+def json_body(req: Request) -> Any:
+    raw = req.get_data(cache=True)
+    try:
+        # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
+        body = orjson.loads(raw)
+    except (orjson.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"malformed JSON body: {exc}") from None
+    # Depth needs an open bracket per level: a body with fewer of them (strings included, counted
+    # in C) cannot exceed it, and most requests are decided without walking them.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting_depth_exceeds(body, MAX_JSON_DEPTH):
+        raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    return body
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+
+
+def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: int) -> ProxyError:
+    """Any failure of a request as the ProxyError its caller is answered with."""
+    if isinstance(exc, ProxyError):
+        return exc
+    if isinstance(exc, RequestEntityTooLarge):
+        return PayloadTooLarge(f"request body exceeds {max_request_bytes} bytes")
+    if isinstance(exc, HTTPException):
+        err = BadRequest(exc.description or str(exc))
+        err.status = exc.code or 400
+        return err
+    if isinstance(exc, (redis.RedisError, HotRedisError, ConnectionError)):
+        return Unavailable("the proxy's Redis is unavailable; retry shortly")
+    log.exception("unexpected error on %s %s", method, loggable(path), exc_info=exc)
+    return UpstreamError(f"internal proxy error: {type(exc).__name__}")
+
+
+def error_answer(provider: Provider, err: ProxyError, method: str, path: str) -> Answer:
+    if err.status >= 500:
+        log.warning("%s %s: %s", method, loggable(path), err.message)
+    return Answer(err.status, JSON, orjson.dumps(provider.error(err)))
+
+
+def loggable(path: str) -> str:
+    """A request path fit for a log: a session key in it becomes its public session id."""
+    if not path.startswith("/s/"):
+        return path
+    key, sep, rest = path[3:].partition("/")
+    return f"/s/{session_of_key(key) or '<key>'}{sep}{rest}"

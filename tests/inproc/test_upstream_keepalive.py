@@ -1,0 +1,184 @@
+"""The proxy's HTTP/1.1 client to the engine (proxy/upstream/keepalive.py) against a scripted
+server on a real socket: the answer shapes engines and gateways send, connection reuse, a
+server that closed an idle connection, and every failure mapped to the error the pool acts on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.upstream import keepalive
+from proxy.upstream.keepalive import KeepAliveTransport
+from proxy.upstream.transport import Unreachable
+
+
+class Scripted:
+    """Answers the n-th request (over all connections) with ``answers[n]``: raw bytes, or a
+    callable (connection, request bytes) that does whatever it likes. Records what it got."""
+
+    def __init__(self, answers: list) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
+                self.requests.append(request)
+                answer = self.answers[len(self.requests) - 1]
+                if callable(answer):
+                    if answer(conn, request) == "close":
+                        return
+                else:
+                    conn.sendall(answer)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (a bare close does not)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+@pytest.fixture
+def server(request):
+    made = []
+
+    def make(*answers):
+        s = Scripted(list(answers))
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def ok(body: bytes, *headers: str) -> bytes:
+    extra = "".join(f"{h}\r\n" for h in headers)
+    return f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def test_content_length_answers_reuse_one_connection(server):
+    s = server(ok(b'{"a":1}'), ok(b'{"b":2}'))
+    t = KeepAliveTransport([s.url], 5)
+    assert t.request(s.url, "POST", "/v1/chat/completions", b'{"x":1}') == (200, b'{"a":1}')
+    assert t.request(s.url, "GET", "/v1/models", None) == (200, b'{"b":2}')
+    assert s.connections == 1
+    first, second = s.requests
+    assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") and first.endswith(b'\r\n\r\n{"x":1}')
+    assert b"Content-Length: 7\r\n" in first and b"Content-Type: application/json" in first
+    assert second.startswith(b"GET /v1/models HTTP/1.1\r\n") and b"Content-Length" not in second
+
+
+def test_chunked_answers_interim_answers_and_a_path_prefix(server):
+    chunked = (b"HTTP/1.1 100 Continue\r\n\r\n"
+               b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"4;ext=1\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nX-Trailer: t\r\n\r\n")
+    s = server(chunked, ok(b"{}"))
+    t = KeepAliveTransport([s.url + "/engine/"], 5)
+    assert t.request(s.url + "/engine/", "POST", "/v1/x", b"{}") == (201, b'{"a":1}')
+    assert t.request(s.url + "/engine/", "POST", "/v1/y", b"{}") == (200, b"{}")  # same connection, in step
+    assert s.connections == 1 and s.requests[0].startswith(b"POST /engine/v1/x ")
+
+
+def test_a_body_up_to_the_close_and_connection_close_are_not_reused(server):
+    def until_close(conn, _):
+        conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 300_000)
+        return "close"
+
+    s = server(until_close, ok(b"{}", "Connection: close"), ok(b"{}"))
+    t = KeepAliveTransport([s.url], 5)
+    assert t.request(s.url, "POST", "/a", b"{}") == (200, b"x" * 300_000)
+    assert t.request(s.url, "POST", "/b", b"{}") == (200, b"{}")
+    assert t.request(s.url, "POST", "/c", b"{}") == (200, b"{}")
+    assert s.connections == 3
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(server):
+    def answer_then_close(conn, _):
+        conn.sendall(ok(b"{}"))  # keep-alive promised, then the server drops it (an idle timeout)
+        time.sleep(0.05)
+        return "close"
+
+    s = server(answer_then_close, ok(b'{"fresh":1}'))
+    t = KeepAliveTransport([s.url], 5)
+    assert t.request(s.url, "POST", "/a", b"{}")[0] == 200
+    time.sleep(0.2)
+    assert t.request(s.url, "POST", "/b", b"{}") == (200, b'{"fresh":1}')
+    assert s.connections == 2
+
+
+def test_a_connection_idle_too_long_is_not_reused(server, monkeypatch):
+    s = server(ok(b"{}"), ok(b"{}"))
+    t = KeepAliveTransport([s.url], 5)
+    t.request(s.url, "POST", "/a", b"{}")
+    monkeypatch.setattr(keepalive, "IDLE_SECONDS", 0.0)
+    t.request(s.url, "POST", "/b", b"{}")
+    assert s.connections == 2
+
+
+def test_failures_map_to_what_the_pool_acts_on(server):
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{free.getsockname()[1]}"
+    free.close()
+    with pytest.raises(Unreachable):  # nothing was sent: the pool may try the next endpoint
+        KeepAliveTransport([dead], 5).request(dead, "POST", "/a", b"{}")
+
+    def hang(conn, _):
+        time.sleep(1.0)
+
+    def half(conn, _):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"trunc")
+        return "close"
+
+    s = server(hang, half, b"SMTP ready\r\n\r\n", ok(b"{}"))
+    t = KeepAliveTransport([s.url], 0.3)
+    with pytest.raises(UpstreamTimeout):
+        t.request(s.url, "POST", "/slow", b"{}")
+    with pytest.raises(UpstreamError, match="closed the connection mid-answer"):
+        t.request(s.url, "POST", "/half", b"{}")
+    with pytest.raises(UpstreamError, match="not an HTTP answer"):
+        t.request(s.url, "POST", "/garbage", b"{}")
+    assert t.request(s.url, "POST", "/ok", b"{}") == (200, b"{}")  # a broken connection is never reused
+    assert s.connections == 4
+
+
+def test_reachable_probes_the_port(server):
+    s = server()
+    t = KeepAliveTransport([s.url], 5)
+    assert t.reachable(s.url)
+    s.close()
+    assert not t.reachable(s.url)
