@@ -4,6 +4,7 @@ real stages; the ``throughput`` variant swaps the delivery settings for Celery's
 
 from __future__ import annotations
 
+import json
 import os
 
 import redis
@@ -16,6 +17,8 @@ from pipeline.status import Stage
 app = get_app()
 if os.environ.get("BENCH_FLOOR_VARIANT") == "throughput":
     app.conf.update(task_acks_late=False, worker_prefetch_multiplier=16, worker_disable_prefetch=False)
+# One setting changed at a time, to see what each costs: BENCH_FLOOR_CONF='{"worker_disable_prefetch": false}'
+app.conf.update(json.loads(os.environ.get("BENCH_FLOOR_CONF") or "{}"))
 _r = redis.Redis.from_url(Settings.from_env().require_redis())
 _ORDER = list(Stage)
 

@@ -1,6 +1,6 @@
 """Proxy throughput, added latency and CPU per request, against a bare pass-through floor.
 
-    .venv/bin/python bench/proxy_bench.py [--seconds 3] [--workers 2] [--two-messages]
+    .venv/bin/python bench/proxy_bench.py [--seconds 3] [--workers 2] [--two-messages] [--quick] [--json]
 
 Starts embedded Redis, the instant fake upstream, the proxy and the pass-through (all under
 gunicorn + gevent, as in production) and drives them with bench/loadgen.py. The requests are a
@@ -9,7 +9,9 @@ tool calls, tool results and four tools at concurrency 1/64/256, and the same se
 ~32k-token prompt; the fake engine answers each with a 48-token tool call, its ids and logprobs,
 and prompt ids for the whole prompt (``model: agent``). ``--two-messages`` adds the earlier,
 unrealistic 2-message request, labelled as such. Numbers are only comparable within one run; the
-ratios are what the benchmark reports.
+ratios are what the benchmark reports. ``--json`` prints the figures ``polar bench`` judges as one
+JSON line (the tables go to stderr); ``--quick`` measures shorter (1 s per point, one round) and
+the 32k-token request at concurrency 1 only.
 """
 
 from __future__ import annotations
@@ -133,7 +135,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--two-messages", action="store_true", help="also the 2-message toy request")
     ap.add_argument("--long-concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(1, 64))
+    ap.add_argument("--quick", action="store_true", help="1 s per point, one round, the 32k request at c=1 only")
+    ap.add_argument("--json", action="store_true", help="the judged figures as one JSON line (tables on stderr)")
     args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.long_concurrency = 1.0, 1, (1,)
+    if args.json:
+        sys.stdout = sys.stderr  # every table for humans; the one JSON line goes to the real stdout
     procs: list[subprocess.Popen] = []
     with EmbeddedRedis() as redis_server:
         home = tempfile.mkdtemp(prefix="polar-bench-")
@@ -171,8 +179,9 @@ def main() -> None:
                              flask_floor.pid)], c, args.seconds, args.rounds)
                         rows.append((label, stream, c, direct, prox, floor, old_floor))
             report(rows, args)
-            metrics_cost(f"http://127.0.0.1:{ports['proxy']}", proxy.pid, f"http://127.0.0.1:{ports['proxy_nometrics']}",
-                         bare.pid, sid, args)
+            if not args.quick:
+                metrics_cost(f"http://127.0.0.1:{ports['proxy']}", proxy.pid,
+                             f"http://127.0.0.1:{ports['proxy_nometrics']}", bare.pid, sid, args)
         finally:
             for p in procs:
                 try:
@@ -180,7 +189,45 @@ def main() -> None:
                     p.wait(timeout=15)
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     os.killpg(p.pid, signal.SIGKILL)
-        record_costs(redis_server.url)
+        if not args.quick:
+            record_costs(redis_server.url)
+    if args.json:
+        sys.stdout = sys.__stdout__
+        emit_figures(rows, args)
+
+
+def emit_figures(rows: list, args: argparse.Namespace) -> None:
+    """The figures issue 13 set goals for: added p50 at concurrency 1 on the 10-message request
+    (<= 1 ms, streamed and not) and on the 32k one; throughput against the bare pass-through on the
+    same worker and engine client (>= 0.5x) and against the previous Flask stack; 256 vs 64 (flat)."""
+    from bench.figures import emit, figure
+
+    by = {(label, stream, c): (direct, prox, floor, old) for label, stream, c, direct, prox, floor, old in rows}
+    kind = {False: "not streamed", True: "streamed"}
+    ten = "10-message, 4.6 kB chat request (tool calls, tool results, 4 tools)"
+    out = []
+    for stream in (False, True):
+        direct, prox, floor, old = by[("10 messages", stream, 1)]
+        out.append(figure(f"added p50, concurrency 1, {kind[stream]}", round(per_round(prox, direct, "p50_ms", "-"), 3),
+                          "ms", ten, ("<=", 1.0)))
+        if ("32k tokens", stream, 1) in by:
+            d32, p32, _, _ = by[("32k tokens", stream, 1)]
+            out.append(figure(f"added p50, concurrency 1, {kind[stream]}, 32k-token request",
+                              round(per_round(p32, d32, "p50_ms", "-"), 2), "ms",
+                              "402-message, 132 kB chat request (~33k prompt tokens)"))
+        for c in (64, 256):
+            direct, prox, floor, old = by[("10 messages", stream, c)]
+            out.append(figure(f"throughput vs bare pass-through, concurrency {c}, {kind[stream]}",
+                              round(per_round(prox, floor, "rps", "/"), 2), "x", f"{ten}; floor: the same worker "
+                              "and engine client, a bare WSGI function", (">=", 0.5)))
+            out.append(figure(f"throughput vs the previous Flask stack, concurrency {c}, {kind[stream]}",
+                              round(per_round(prox, old, "rps", "/"), 2), "x", ten))
+        r64, r256 = by[("10 messages", stream, 64)][1]["rps"], by[("10 messages", stream, 256)][1]["rps"]
+        out.append(figure(f"throughput at 256 / at 64 concurrent calls, {kind[stream]}", round(r256 / r64, 2), "x",
+                          ten, (">=", 0.9)))
+        out.append(figure(f"CPU per call, concurrency 64, {kind[stream]}",
+                          round(by[("10 messages", stream, 64)][1]["cpu_ms"], 3), "ms", ten))
+    emit("proxy", out, workers=args.workers, seconds=args.seconds, rounds=args.rounds)
 
 
 TALLY = """
