@@ -28,6 +28,12 @@ def session_errors(sid: str) -> str:
     return f"{PREFIX}:sess:{{{sid}}}:errors"
 
 
+def session_turns(sid: str) -> str:
+    """Hash: the session's recorded turns a later call may continue (``agent.token_in``; field
+    ``<history key>|<completion id>``, value an entry of proxy/splice.py; written by the proxy)."""
+    return f"{PREFIX}:sess:{{{sid}}}:turns"
+
+
 def session_calls(sid: str) -> str:
     """Sorted set of the session's model calls in progress (member = call id, score = lease
     expiry, renewed by the proxy that holds the call), so POSTRUN can wait for stragglers."""

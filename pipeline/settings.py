@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     proxy_url: str = "http://127.0.0.1:8091"
     upstream_url: str = "http://127.0.0.1:8092"  # comma-separated: several engine endpoints
     upstream_engine: str = "vllm"  # the inference server's dialect (proxy.upstream registry)
+    # How token-in calls (agent.token_in) reach the engine (docs/token-in.md): chat_tokens (vLLM
+    # with infra/vllm_ext, the reference server), completions (stock vLLM), sglang_generate or
+    # chat_input_ids (SGLang). Unset: chat_tokens for vllm, sglang_generate for sglang.
+    upstream_token_in: Literal["chat_tokens", "completions", "sglang_generate", "chat_input_ids"] | None = None
     # When set, the proxy sends this model name upstream instead of the harness's.
     upstream_model: str | None = None
     upstream_timeout_seconds: float = Field(default=3600.0, gt=0)

@@ -90,7 +90,7 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float) -> tuple[Answer, bool]:
         gw = self.gw
-        lease, seq, version = gw.admit(presented_key(key, req.headers, req.args))
+        lease, seq, version, token_in = gw.admit(presented_key(key, req.headers, req.args))
         scope = gw.scope(lease.session_id, req.args)
         started = time.time()
         try:
@@ -102,7 +102,7 @@ class ModelCalls:
         except BaseException:
             gw.abandon(lease)
             raise
-        call = Call(lease, seq, version, provider, parsed, body, started, scope, received)
+        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in)
         if not parsed.stream:
             _, response = gw.complete(call)
             return Answer(200, JSON, orjson.dumps(response)), True

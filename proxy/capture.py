@@ -17,12 +17,13 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
                  original: dict[str, Any], normalized: dict[str, Any], upstream: dict[str, Any],
                  response_message: dict[str, Any], started_at: float, finished_at: float,
                  latency_ms: float, upstream_url: str, policy_version: str | None,
-                 normalizations: list[str] | None = None, requested_max_tokens: int | None = None) -> bytes:
+                 normalizations: list[str] | None = None, requested_max_tokens: int | None = None,
+                 completion_id: str | None = None, token_in: dict[str, Any] | None = None) -> bytes:
     slim = {k: v for k, v in upstream.items() if k not in _BULKY}
     slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
                        for c in upstream.get("choices") or []]
     return pack({
-        "completion_id": f"cmpl-{os.urandom(16).hex()}",
+        "completion_id": completion_id or new_completion_id(),
         "session_id": session_id,
         "seq": seq,
         "provider": provider,
@@ -50,7 +51,12 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
         # fitted into the engine's context (proxy/context_limits.py).
         "requested_max_tokens": requested_max_tokens,
         "sent_max_tokens": normalized.get("max_tokens"),
+        "token_in": token_in,
     })
+
+
+def new_completion_id() -> str:
+    return f"cmpl-{os.urandom(16).hex()}"
 
 
 def build_error_record(*, session_id: str, provider: str, status: int, error_type: str, message: str,

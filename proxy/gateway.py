@@ -13,11 +13,12 @@ from typing import Any
 
 import redis
 
+from pipeline.schemas import TokenIn
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy import context_limits, noise, upstream
-from proxy.capture import build_error_record, build_record
+from proxy.capture import build_error_record, build_record, new_completion_id
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
@@ -27,6 +28,7 @@ from proxy.metrics import NoMetrics, ProxyMetrics
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
+from proxy.token_in import TokenInCalls
 from proxy.upstream import UpstreamTransport
 
 CHAT_PATH = "/v1/chat/completions"
@@ -43,6 +45,7 @@ class Call:
     started: float  # wall clock, after admission (the record's started_at)
     scope: ProviderScope
     received: float  # perf_counter when the request arrived (the proxy's own time, metrics)
+    token_in: TokenIn = TokenIn.OFF  # the session's agent.token_in (proxy/token_in.py)
 
     @property
     def session_id(self) -> str:
@@ -64,6 +67,8 @@ class Gateway:
         self.context_reserve = int(getattr(self.engine, "context_reserve", 0))
         self.metrics: ProxyMetrics | NoMetrics = (ProxyMetrics(self.inflight.count, self.control.status)
                                                   if settings.proxy_metrics else NoMetrics())
+        self.token_in = TokenInCalls(self.engine, self.pool, self.hot, stores.records, settings.upstream_token_in,
+                                     settings.upstream_model)
 
     def _model_cards(self, endpoint: str) -> list[dict[str, Any]]:
         data = self.pool.get_json("/v1/models", endpoint=endpoint).get("data")
@@ -80,10 +85,10 @@ class Gateway:
 
     # --- admission and release -----------------------------------------------------------------
 
-    def admit(self, key: str | None) -> tuple[Lease, int, str | None]:
+    def admit(self, key: str | None) -> tuple[Lease, int, str | None, TokenIn]:
         """Admit a model call by its session key: the session must be live, and while weight sync
         pauses inference the call waits here. Returns (its lease, sequence number, policy
-        version)."""
+        version, the session's token-in mode)."""
         sid = session_for(key)
         for attempt in (1, 2):
             lease, expiry = self.inflight.new(sid)
@@ -103,13 +108,13 @@ class Gateway:
                 self.inflight.done(lease)
                 raise
         try:
-            seq = self.gate.admitted(sid, begin)
+            seq, token_in = self.gate.admitted(sid, begin)
         except ProxyError:
             self._release(lease, [], entered=True)
             raise
         try:
             return lease, seq, self.control.entered(enter, lease.call_id, self.inflight.expiry,
-                                                    self.settings.upstream_timeout_seconds)
+                                                    self.settings.upstream_timeout_seconds), token_in
         except ProxyError as err:
             self._release(lease, [], entered=False)
             raise err
@@ -141,10 +146,18 @@ class Gateway:
         try:
             chat, normalizations = self._engine_request(parsed)
             requested_max_tokens = chat.get("max_tokens")
-            # (Token-in prompts, issue 14, slot in here: ids of the recorded completion this request
-            # continues, spliced into the engine request before it is sampled.)
+            # Token-in sessions: the prompt of a call that continues a recorded turn is spliced
+            # from that turn's ids (proxy/token_in.py) and sampled as ids.
+            plan = self.token_in.plan(chat, sid, call.token_in) if call.token_in != TokenIn.OFF else None
+            engine_call = None
+            if plan is not None and plan.spliced is not None:
+                chat = self._fit_spliced(chat, len(plan.spliced.prompt_ids), sid)
+                engine_call = self.token_in.request(plan, chat, parsed.top_logprobs, self._context(chat, sid))
             t0 = time.perf_counter()
-            raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
+            if plan is not None and engine_call is not None:
+                raw, base = self.token_in.sample(plan, engine_call, chat, parsed.top_logprobs, sid)
+            else:
+                raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
             try:
                 captured = self.engine.extract(raw)
@@ -153,19 +166,27 @@ class Gateway:
             turn = turn_from_chat(raw, parsed.model)
             response = call.provider.render(turn, parsed)
             sampled = assistant_message(turn)
+            completion_id = new_completion_id()
             record = build_record(
                 session_id=sid, seq=call.seq, provider=call.provider.name, stream=parsed.stream, model=parsed.model,
                 captured=captured, original=call.original, normalized=chat, upstream=raw,
                 response_message=sampled, started_at=call.started, finished_at=time.time(),
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
-                normalizations=normalizations, requested_max_tokens=requested_max_tokens)
+                normalizations=normalizations, requested_max_tokens=requested_max_tokens,
+                completion_id=completion_id, token_in=plan.describe(self.token_in.path) if plan else None)
+            commands = self.stores.records.append_completion_commands(sid, record)
+            if plan is not None:
+                commands += self.token_in.turn_commands(
+                    plan, sid, completion_id=completion_id, seq=call.seq, chat=chat, sampled=sampled,
+                    prompt_ids=captured.prompt_ids, response_ids=captured.response_ids,
+                    finish_reason=captured.finish_reason)
         except ProxyError as err:
             self.fail(call.lease, call.provider.name, err, call.original, call.started)
             raise
         except BaseException:
             self.abandon(call.lease)
             raise
-        self._release(call.lease, self.stores.records.append_completion_commands(sid, record))
+        self._release(call.lease, commands)
         self.metrics.written("completion")
         self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
                               latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)
@@ -214,6 +235,20 @@ class Gateway:
             # The engine counts this prompt longer than its /tokenize did: never loop, refuse.
             raise context_limits.overflow(max(prompt_tokens, again.prompt_tokens or 0), context,
                                           self.context_reserve, fitted.get("max_tokens")) from None
+
+    def _context(self, chat: dict[str, Any], sid: str) -> int | None:
+        model = chat["model"] if isinstance(chat.get("model"), str) else None
+        return self.contexts.known(self.pool.order(sid)[0], model)
+
+    def _fit_spliced(self, chat: dict[str, Any], prompt_tokens: int, sid: str) -> dict[str, Any]:
+        """A spliced call's output limit fitted into the engine's context, when known (its prompt's
+        length is known exactly: no count to ask for)."""
+        context = self._context(chat, sid)
+        if context is None:
+            return chat
+        limit = context_limits.fit_output(chat.get("max_tokens"), prompt_tokens, context,
+                                          reserve=self.context_reserve, mode=self.settings.context_overflow)
+        return {**chat, "max_tokens": limit} if limit != chat.get("max_tokens") else chat
 
     def _post(self, chat: dict[str, Any], top_logprobs: int, sid: str) -> tuple[dict[str, Any], str]:
         return self.pool.post_json(CHAT_PATH, self.engine.prepare(chat, top_logprobs=top_logprobs), affinity=sid)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pipeline.credentials import session_of_key
+from pipeline.schemas import TokenIn
 from pipeline.stores.sessions import SessionStore
 from proxy.errors import SessionNotActive, SessionNotFound
 from proxy.providers.base import Headers
@@ -59,15 +60,17 @@ class SessionGate:
         self.sessions.load_begin_call_script()
 
     @staticmethod
-    def admitted(sid: str, reply: list[Any]) -> int:
-        """The sequence number of the admitted call, or the reason it is refused."""
-        seq, status = reply
+    def admitted(sid: str, reply: list[Any]) -> tuple[int, TokenIn]:
+        """The sequence number of the admitted call and its session's token-in mode, or the
+        reason it is refused."""
+        seq, status, *rest = reply
         if seq == 0:
             raise SessionNotFound(f"no session {sid} with this key")
         if seq < 0:
             status = status.decode() if isinstance(status, bytes) else status
             raise SessionNotActive(f"session {sid} is {status} and no longer accepts model calls")
-        return int(seq)
+        mode = rest[0].decode() if rest and isinstance(rest[0], bytes) else (rest[0] if rest else "")
+        return int(seq), TokenIn(mode) if mode else TokenIn.OFF
 
     def check(self, key: str | None) -> str:
         """The session of a valid key (any status): for calls that read but do not sample."""

@@ -14,7 +14,10 @@ Script file (JSON)::
     ]}
 
 ``reasoning`` (optional) is rendered by the chat template as a ``<think>`` block, so its tokens are
-part of the turn's ids exactly as a Qwen3-style model would emit them. ``delay_seconds``
+part of the turn's ids exactly as a Qwen3-style model would emit them. ``text`` (instead of the
+fields above) is the turn's body verbatim -- what a model emitted, compact or oddly spaced JSON in
+its ``<tool_call>`` blocks included -- tokenised as it stands; the server parses it as it parses
+any generation (so the next prompt may re-render it differently: drift, as with a real model). ``delay_seconds``
 (optional) holds the answer back that long, like a slow engine (fault tests: a call in flight).
 
 A bare list of turns is accepted too. The turn played is the number of assistant messages
@@ -50,6 +53,7 @@ class ScriptedTurn:
     tool_calls: tuple[dict, ...] = ()
     reasoning: str | None = None
     delay_seconds: float = 0.0
+    text: str | None = None  # the body verbatim (then content/tool_calls/reasoning are unused)
 
     def as_message(self) -> dict:
         msg: dict = {"role": "assistant", "content": self.content}
@@ -86,9 +90,13 @@ def _parse_call(i: int, j: int, call) -> dict:
 def _parse_turn(i: int, raw) -> ScriptedTurn:
     if not isinstance(raw, dict):
         raise ScriptError(f"turn {i}: must be an object with 'content' and/or 'tool_calls'")
-    unknown = sorted(set(raw) - {"content", "tool_calls", "reasoning", "delay_seconds"})
+    unknown = sorted(set(raw) - {"content", "tool_calls", "reasoning", "delay_seconds", "text"})
     if unknown:
         raise ScriptError(f"turn {i}: unknown field(s) {', '.join(unknown)}")
+    if "text" in raw:
+        if set(raw) - {"text", "delay_seconds"} or not isinstance(raw["text"], str) or not raw["text"]:
+            raise ScriptError(f"turn {i}: 'text' is a non-empty string and comes alone (with delay_seconds)")
+        return ScriptedTurn(content=None, text=raw["text"], delay_seconds=float(raw.get("delay_seconds", 0)))
     content = raw.get("content")
     if content is not None and not isinstance(content, str):
         raise ScriptError(f"turn {i}: content must be a string or null")
@@ -171,13 +179,16 @@ class ScriptedPolicy:
             cached = self._ids_cache.get(key)
         if cached is not None:
             return list(cached)
-        # Let the chat template decide the exact body text, so scripted turns look exactly like
-        # the same assistant message would look when it reappears in the next prompt.
-        a = engine.render_chat([_PROBE_USER], add_generation_prompt=True)
-        b = engine.render_chat([_PROBE_USER, self.turns[turn].as_message()], add_generation_prompt=False)
-        if not b.startswith(a) or not b.endswith(_END):
-            raise ScriptError(f"turn {turn}: chat template does not render assistant turns as ChatML")
-        body = b[len(a): -len(_END)]
+        if self.turns[turn].text is not None:
+            body = self.turns[turn].text  # what the model emitted, as it emitted it
+        else:
+            # Let the chat template decide the exact body text, so scripted turns look exactly like
+            # the same assistant message would look when it reappears in the next prompt.
+            a = engine.render_chat([_PROBE_USER], add_generation_prompt=True)
+            b = engine.render_chat([_PROBE_USER, self.turns[turn].as_message()], add_generation_prompt=False)
+            if not b.startswith(a) or not b.endswith(_END):
+                raise ScriptError(f"turn {turn}: chat template does not render assistant turns as ChatML")
+            body = b[len(a): -len(_END)]
         ids = engine.tokenize_text(body, add_special_tokens=False) + [engine.eos_token_id]
         with self._cache_lock:
             self._ids_cache[key] = ids

@@ -20,11 +20,12 @@ from pipeline.schemas.task import (
     SessionSpec,
     ShellCommand,
     TaskRequest,
+    TokenIn,
 )
 
 __all__ = [
     "AgentSpec", "BuilderSpec", "CompletionRecord", "EvaluatorSpec", "PrepareAction",
     "RuntimeSpec", "SCHEMA_VERSION", "SessionResult", "SessionSpec", "SessionSummary",
-    "SessionTiming", "ShellCommand", "TaskRequest", "TaskStatus", "TokenLogprob", "Trace",
+    "SessionTiming", "ShellCommand", "TaskRequest", "TaskStatus", "TokenIn", "TokenLogprob", "Trace",
     "Trajectory", "UpstreamErrorRecord",
 ]

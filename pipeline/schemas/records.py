@@ -44,6 +44,11 @@ class CompletionRecord(BaseModel):
     # clamped it to fit the engine's context, proxy/context_limits.py); None: none was given.
     requested_max_tokens: int | None = None
     sent_max_tokens: int | None = None
+    # agent.token_in sessions (proxy/splice.py): whether this call's prompt was spliced from a
+    # recorded turn, from which (``source``: its completion id), where its parts are in
+    # prompt_ids (``spans``: [start, end, "recorded" | "end_of_turn" | "rendered"]), the engine
+    # path it took, or why it was rendered instead (``reason``). None: token-in off.
+    token_in: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> "CompletionRecord":

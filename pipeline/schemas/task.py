@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from enum import Enum
 from typing import Any, Literal
 
 from pydantic import (
@@ -156,6 +157,19 @@ class ShellCommand(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class TokenIn(str, Enum):
+    """``agent.token_in``: how the proxy builds the prompt of a call that continues a turn it
+    recorded (proxy/splice.py, docs/token-in.md). ``off``: the engine renders every call from its
+    messages. ``auto``: such a call's prompt is the recorded prompt + the sampled ids + the new
+    messages' ids, sent as ids (never drifts from what was sampled); a call that matches no
+    recorded turn is rendered, with the reason recorded. ``strict``: as auto, but such a call is
+    refused (400) instead of rendered."""
+
+    OFF = "off"
+    AUTO = "auto"
+    STRICT = "strict"
+
+
 class AgentSpec(_Spec):
     harness: str | None = None
     custom_shell: ShellCommand | None = None
@@ -167,6 +181,7 @@ class AgentSpec(_Spec):
     import_path: str | None = None
     mcp_servers: list[dict[str, Any]] | None = None
     skills_path: str | None = None
+    token_in: TokenIn = TokenIn.OFF  # default off until measured: see TokenIn
 
     @model_validator(mode="before")
     @classmethod

@@ -98,20 +98,20 @@ return transition(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 4)
 # key the caller presented, ARGV[2] the call's lease expiry, ARGV[3] its id, then the statuses in
 # which model calls are accepted. One round trip: check the key and the status and, if active,
 # take a sequence number and lease the call in flight (POSTRUN waits for in-flight calls before
-# reading the records). Returns {seq, status}; seq 0 = no session with this key, -1 = not
-# accepting calls.
+# reading the records). Returns {seq, status, token_in}; seq 0 = no session with this key, -1 =
+# not accepting calls; token_in = the session's agent.token_in ('' when off).
 SESSION_BEGIN_CALL = Lua("session_begin_call", """
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st or redis.call('HGET', KEYS[1], 'key_digest') ~= ARGV[1] then return {0, ''} end
+if not st or redis.call('HGET', KEYS[1], 'key_digest') ~= ARGV[1] then return {0, '', ''} end
 for i = 4, #ARGV do
   if ARGV[i] == st then
     local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
     redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
     redis.call('EXPIRE', KEYS[2], 86400)
-    return {seq, st}
+    return {seq, st, redis.call('HGET', KEYS[1], 'token_in') or ''}
   end
 end
-return {-1, st}
+return {-1, st, ''}
 """)
 
 # --- stage leases ----------------------------------------------------------------------------

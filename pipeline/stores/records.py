@@ -36,6 +36,15 @@ class RecordStore:
     def _append(self, key: str, record: bytes) -> list[tuple[Any, ...]]:
         return [("RPUSH", key, record), ("EXPIRE", key, self.ttl)]
 
+    def turn_commands(self, session_id: str, field: str, entry: bytes) -> list[tuple[Any, ...]]:
+        """Record a turn a later call may continue (token-in sessions: proxy/splice.py)."""
+        key = keys.session_turns(session_id)
+        return [("HSET", key, field, entry), ("EXPIRE", key, self.ttl)]
+
+    @staticmethod
+    def turns_command(session_id: str) -> tuple[Any, ...]:
+        return ("HGETALL", keys.session_turns(session_id))
+
     # --- reads -------------------------------------------------------------------------------
 
     def completions(self, session_id: str) -> tuple[list[CompletionRecord], int]:
@@ -80,7 +89,7 @@ class RecordStore:
         """Raw records are large; once the result is out they only serve debugging. (``pipe``:
         queued on the caller's pipeline instead of sent now.)"""
         target = pipe if pipe is not None else self._r.pipeline(transaction=False)
-        for key in (keys.session_completions(session_id), keys.session_errors(session_id)):
+        for key in (keys.session_completions(session_id), keys.session_errors(session_id), keys.session_turns(session_id)):
             target.expire(key, ttl_seconds)
         if pipe is None:
             target.execute()

@@ -21,7 +21,7 @@ from pipeline import keys
 from pipeline.codec import text
 from pipeline.credentials import key_digest, new_session_key, same_secret
 from pipeline.errors import StateError, TransitionRefused
-from pipeline.schemas import SessionSpec, SessionTiming
+from pipeline.schemas import SessionSpec, SessionTiming, TokenIn
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores import lua
 
@@ -50,6 +50,7 @@ class F(str, Enum):
     KEY_DIGEST = "key_digest"  # SHA-256 of the key: what the proxy compares
     EVAL_RUNTIME = "eval_runtime"  # handle of the fresh evaluation runtime (evaluator.refresh_runtime)
     EVAL_RUNTIME_ERROR = "eval_runtime_error"  # why it could not be made ready
+    TOKEN_IN = "token_in"  # agent.token_in when not off: read by the proxy as it admits a call
 
 
 def started_field(stage: Stage) -> str:
@@ -108,6 +109,7 @@ class SessionStore:
             F.REGISTERED_AT.value: repr(time.time()),
             F.KEY.value: secret,
             F.KEY_DIGEST.value: key_digest(secret),
+            **({F.TOKEN_IN.value: spec.agent.token_in.value} if spec.agent.token_in != TokenIn.OFF else {}),
         })
         # Kept while the session may run (its budget) and then for as long as results are kept.
         target.expire(key, int(spec.timeout_seconds) + self._ttl + 3600)
