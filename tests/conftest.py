@@ -43,6 +43,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     _table(terminalreporter, config, "POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl", "harness presets", [
         "harness", "version", "provider_api", "streamed", "runtime", "completions", "chains", "drifted_turns",
         "verified", "agent_s"], "tests/e2e")
+    _table(terminalreporter, config, "POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-report.jsonl", "token-in harnesses", [
+        "harness", "token_in", "completions", "chains", "drifted_turns", "spliced_calls", "strict_updates",
+        "strict_tokens", "verify_fail_on_drift"], "tests/e2e")
     _table(terminalreporter, config, "POLAR_SWEBENCH_REPORT", "/tmp/polar-swebench-report.jsonl", "swebench_harness", [
         "scenario", "instance", "refresh_runtime", "reward", "resolved", "grading_s", "extract_s", "apply_s", "tests_s"],
         "tests/e2e")

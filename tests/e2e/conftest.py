@@ -5,6 +5,7 @@ Flower, all real processes."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import uuid
 from pathlib import Path
@@ -83,6 +84,25 @@ def tools():
     return TOOLS
 
 
+def as_model_emits(script: dict) -> dict:
+    """A scripted policy's turns as a model emits them rather than as the template renders them:
+    tool-call JSON compact (no spaces), a think block before the first turn. Re-rendering such a
+    history gives other ids (the template re-serialises the arguments; a harness may drop the
+    reasoning): the drift ``agent.token_in`` removes."""
+    turns = []
+    for i, turn in enumerate(script["turns"]):
+        if not turn.get("tool_calls"):
+            turns.append(turn)
+            continue
+        text = "<think>\nLook at the files first.\n</think>\n\n" if i == 0 else ""
+        text += turn.get("content") or ""
+        for j, call in enumerate(turn["tool_calls"]):
+            body = json.dumps({"name": call["name"], "arguments": call["arguments"]}, separators=(",", ":"))
+            text += ("\n" if (turn.get("content") or j) else "") + f"<tool_call>\n{body}\n</tool_call>"
+        turns.append({"text": text})
+    return {"turns": turns}
+
+
 @pytest.fixture(scope="session")
 def presets_stack(tmp_path_factory, model_dir, engine, tools):
     """A stack whose workers find the CLIs in the tools folder, with one scripted policy per
@@ -90,6 +110,11 @@ def presets_stack(tmp_path_factory, model_dir, engine, tools):
     settings = Settings(home=tmp_path_factory.mktemp("presets-home"), tools_dir=tools, docker_host=engine,
                         ready_capacity=6)
     policies = {p.stem: str(p) for p in HARNESS_POLICIES.glob("*.json")}
+    drift = tmp_path_factory.mktemp("drift-policies")
+    for p in HARNESS_POLICIES.glob("*.json"):  # "<harness>-drift": the same turns, emitted as a model does
+        out = drift / f"{p.stem}-drift.json"
+        out.write_text(json.dumps(as_model_emits(json.loads(p.read_text()))))
+        policies[out.stem] = str(out)
     with Stack(StackConfig(settings=settings, model_dir=model_dir, policies=policies,
                            concurrency={Stage.RUN: 6})) as stack:
         yield stack

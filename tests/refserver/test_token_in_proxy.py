@@ -204,3 +204,43 @@ def test_strict_refuses_what_it_cannot_splice_in_the_callers_format(engines, red
         sdk.chat.completions.create(model="agent", messages=[
             {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Something I never said."},
             {"role": "user", "content": "?"}])
+
+
+@pytest.mark.parametrize("dialect, path", [("vllm", "chat_tokens"), ("vllm", "completions"),
+                                           ("sglang", "sglang_generate"), ("sglang", "chat_input_ids")])
+def test_every_engine_path_continues_the_sampled_turn(engines, redis_url, tmp_path, dialect, path):
+    """The same drifting conversation (compact JSON, reasoning the harness drops) on each token-in
+    path: each spliced call's prompt is the sampled history's rendering, on every engine dialect."""
+    engine = engines["keeps"]
+    turns = [{"text": model_text("ls -la", "compact", "Look first.")},
+             {"text": model_text("pytest -q", "compact", None)}, {"content": "All done."}]
+    policy = ScriptedPolicy.from_obj({"turns": turns}, name="agent")
+    engine_app = create_app(engine, policies={"agent": policy}, dialect=dialect,
+                            generate_policy="agent" if dialect == "sglang" else None)
+    settings = Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30,
+                        upstream_engine=dialect, upstream_token_in=path)
+    app = create_proxy(settings, transport=WSGITransport(engine_app))
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "auto"})
+    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
+                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix it."}]
+    sampled, histories = list(messages), []
+    for i, turn in enumerate(turns):
+        histories.append(list(sampled))
+        answer = sdk.chat.completions.create(model="agent", messages=messages, tools=[BASH_TOOL]).choices[0].message
+        if "text" not in turn:
+            assert answer.content == "All done."
+            break
+        assert answer.tool_calls and answer.tool_calls[0].function.name == "bash"  # parsed on every path
+        echo = {"role": "assistant", "content": answer.content or "", "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in answer.tool_calls]}  # the reasoning dropped
+        tool = {"role": "tool", "tool_call_id": answer.tool_calls[0].id, "content": f"output {i}"}
+        messages += [echo, tool]
+        sampled += [{"role": "assistant", "content": turn["text"]}, tool]
+    r = redis.Redis.from_url(redis_url)
+    records = [CompletionRecord.model_validate(unpack(x)) for x in r.lrange(session_completions(sid_of(key)), 0, -1)]
+    assert [x.token_in["spliced"] for x in records] == [False, True, True]
+    assert {x.token_in.get("path") for x in records[1:]} == {path}
+    for rec, history in zip(records, histories):
+        assert rec.prompt_ids == engine.tokenize_chat(history, [BASH_TOOL])

@@ -1,0 +1,71 @@
+"""The six real CLIs with ``agent.token_in`` (issue 14), under policies that emit turns as a model
+does (compact tool-call JSON, a think block: ``as_model_emits``): with it on, no merged turn
+drifts, a conversation is one chain and ``polar verify --fail-on-drift`` passes; with it off the
+same runs drift. A table per harness (off vs on: drifted turns, chains, spliced calls, trainer
+updates and tokens with strict merging) is printed at the end of the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from pipeline.builders import BuildContext
+from pipeline.builders import create as create_builder
+from pipeline.status import SessionStatus
+from pipeline.stores import Stores
+from tests.e2e.test_harness_presets import EXPECTED, ROOT, task_for
+
+REPORT = Path(os.environ.get("POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-report.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def runs(presets_stack, presets_client, engine):
+    if engine is None:
+        pytest.skip("podman is not installed (qwen_code and pi run in containers)")
+    tasks = {(p, mode): presets_client.submit(task_for(p, runtime, model_name=f"{p}-drift", token_in=mode))
+             for p, (_, runtime, _) in EXPECTED.items() for mode in ("off", "auto")}
+    return {k: presets_client.wait(t, timeout=900, poll_seconds=0.5) for k, t in tasks.items()}
+
+
+def strict_updates(records) -> tuple[int, int]:
+    """Trainer updates (traces) and their tokens when drifted turns are split, not merged."""
+    eot = next(r.response_ids[-1] for r in records if r.finish_reason in ("stop", "tool_calls"))
+    traj = create_builder("prefix_merging", {"end_of_turn_token_id": eot, "strict": True}).build(
+        records, BuildContext("s", "t", None, {}))
+    return len(traj.traces), sum(len(t.prompt_ids) + len(t.response_ids) for t in traj.traces)
+
+
+def test_token_in_removes_the_drift_the_same_runs_show_without_it(runs, presets_stack):
+    env = {**os.environ, **presets_stack.settings.to_env()}
+    stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
+    REPORT.unlink(missing_ok=True)
+    rows = {}
+    for (preset, mode), status in runs.items():
+        [result] = status.results
+        assert result.status == SessionStatus.COMPLETED and result.reward == 1.0, (preset, mode, result.error)
+        stats = result.trajectory.metadata["reconstruction"]
+        records, _ = stores.records.completions(result.session_id)
+        out = subprocess.run([sys.executable, "-m", "infra.cli.main", "verify", "--task", status.task_id, "--model",
+                              f"{preset}-drift", "--fail-on-drift", "--json"], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+        updates, tokens = strict_updates(records)
+        spliced = sum(bool(r.token_in and r.token_in.get("spliced")) for r in records)
+        rows[(preset, mode)] = row = {
+            "harness": preset, "token_in": mode, "completions": len(records), "chains": stats["chains_total"],
+            "drifted_turns": stats["drifted_turns"], "spliced_calls": spliced,
+            "strict_updates": updates, "strict_tokens": tokens, "verify_fail_on_drift": out.returncode == 0}
+        with REPORT.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    for preset, (_, _, chains) in EXPECTED.items():
+        on, off = rows[(preset, "auto")], rows[(preset, "off")]
+        assert on["drifted_turns"] == 0 and on["chains"] == chains and on["verify_fail_on_drift"], on
+        # every call of the main conversation after its first continues a recorded turn
+        assert on["spliced_calls"] >= on["completions"] - chains, on
+        assert off["drifted_turns"] > 0 and not off["verify_fail_on_drift"] and off["spliced_calls"] == 0, off
+        assert on["strict_updates"] == chains and off["strict_updates"] > chains, (on, off)
