@@ -10,12 +10,12 @@ prompt instead is, for a request whose history up to its last assistant turn is 
     before it) + the ids of the messages after it
 
 where the last part comes from the policy's own template and tokenizer (the engine's
-``/tokenize``): the request rendered with its generation prompt, cut right after the end-of-turn
-token that closes that assistant turn. The cut is found by counting end-of-turn tokens -- the
-rendering of the history *without* the new messages has as many closed turns -- so templates
-that are not append-only (a reasoning block dropped once a newer user turn follows) cut in the
-same place; a rendering whose shape disagrees (the separator after the end of turn differs) is
-not spliced.
+``/tokenize``, once): the request rendered with its generation prompt, cut right after the
+end-of-turn token that closes that assistant turn. The cut is found by counting end-of-turn
+tokens -- the recorded ids hold as many closed turns as the rendering of the same history,
+whatever it renders inside them -- so templates that are not append-only (a reasoning block
+dropped once a newer user turn follows, arguments re-serialised) cut in the same place; a
+rendering whose shape disagrees is not spliced.
 
 Turns are recorded per session as ``Entry``s (``stores/turns``-style hash: field ``key|completion``,
 kept by the proxy in its release round trip): the ids a successor starts from, as a delta on the
@@ -230,27 +230,22 @@ def find(entries: dict[str, Entry], chat: dict[str, Any]) -> Match | NoSplice:
 
 # --- the new messages' ids ----------------------------------------------------------------------
 
-MAX_SEPARATOR = 4  # tokens a template puts between a turn's end and the next turn's start
-
-def tail_after_turn(without_new: list[int], with_new: list[int], eot: int) -> list[int] | None:
-    """What the template renders after the last assistant turn: ``with_new`` (the request with
-    its generation prompt) from just after the end-of-turn token closing that turn, found as the
-    same count of end-of-turn tokens that ``without_new`` (the history through that turn, no
-    generation prompt) holds. None when the two disagree on what follows that token."""
-    closed = [i for i, t in enumerate(without_new) if t == eot]
-    if not closed:
-        return None
-    separator = without_new[closed[-1] + 1:]  # what the template puts after a turn's end (ChatML: "\n")
-    if len(separator) > MAX_SEPARATOR:
-        return None  # that token does not end the rendering's last turn: not its end of turn
+def tail_after_turn(base: list[int], with_new: list[int], eot: int) -> list[int] | None:
+    """What the template renders after the recorded turn: ``with_new`` (the request with its
+    generation prompt) from just after the end-of-turn token that closes that turn -- the n-th
+    end-of-turn token, n being how many ``base`` (the turn's whole ids, closed) holds, since the
+    rendering closes the same turns, whatever it renders inside them. None when the shapes
+    disagree: too few end-of-turn tokens, or another token after this one than after the
+    conversation's first (a template's separator, e.g. ChatML's newline)."""
+    closed = [i for i, t in enumerate(base) if t == eot]
     ends = [i for i, t in enumerate(with_new) if t == eot]
-    if len(ends) < len(closed):
+    if not closed or len(ends) <= len(closed):  # the new messages close at least one turn
         return None
     cut = ends[len(closed) - 1] + 1
-    tail = with_new[cut:]
-    if tail[:len(separator)] != separator or len(tail) <= len(separator):
+    first_after = base[closed[0] + 1] if closed[0] + 1 < len(base) else None
+    if first_after is not None and with_new[cut] != first_after:
         return None
-    return tail
+    return with_new[cut:]
 
 
 @dataclass
@@ -261,20 +256,19 @@ class Spliced:
     parent: tuple[str, int] | None = None  # (field, length): what this call's entry is a delta on
 
 
-def splice(entries: dict[str, Entry], match: Match, without_new: list[int], with_new: list[int],
-           eot_hint: int | None) -> Spliced | NoSplice:
+def splice(entries: dict[str, Entry], match: Match, with_new: list[int], eot_hint: int | None) -> Spliced | NoSplice:
     """The prompt continuing ``match``: its whole ids, the end-of-turn token if it was cut
-    before it, then the rendering of what came after it."""
+    before it, then the engine's rendering (``with_new``) of what came after it."""
     base = whole_ids(entries, match.field)
     if base is None:
         return NoSplice(NO_MATCH)
     eot = match.entry.eot if match.entry.eot is not None else eot_hint
     if eot is None:
         return NoSplice(NO_END_OF_TURN)
-    tail = tail_after_turn(without_new, with_new, eot)
+    closing = [] if match.entry.ended else [eot]
+    tail = tail_after_turn(base + closing, with_new, eot)
     if tail is None:
         return NoSplice(BOUNDARY)
-    closing = [] if match.entry.ended else [eot]
     recorded = len(base)
     prompt = base + closing + tail
     spans = [(0, recorded, "recorded"), *([(recorded, recorded + 1, "end_of_turn")] if closing else []),

@@ -2,8 +2,7 @@
 
 For a call of a token-in session: read the session's recorded turns (one Redis round trip), find
 the one the call continues, render what came after it with the engine's own template and
-tokenizer (its ``/tokenize``, twice: the history through that turn, and the whole request),
-splice, and sample after the spliced ids on the engine path ``POLAR_UPSTREAM_TOKEN_IN`` names
+tokenizer (its ``/tokenize`` of the whole request), splice, and sample after the spliced ids on the engine path ``POLAR_UPSTREAM_TOKEN_IN`` names
 (``upstream/token_prompts.py``). Every completion of such a session is then recorded as a turn
 (in the release round trip the record takes anyway), spliced or not, so the next call can
 continue it. What could not be spliced is rendered as any call is, with the reason on its record
@@ -67,11 +66,10 @@ class TokenInCalls:
             return self._refuse_or_render(mode, entries, found.reason)
         messages = chat.get("messages") or []
         try:
-            without_new = self._render(chat, messages[:found.index + 1], sid, generation_prompt=False)
             with_new = self._render(chat, messages, sid, generation_prompt=chat.get("add_generation_prompt", True))
         except (UpstreamError, ValueError) as exc:
             return self._refuse_or_render(mode, entries, f"the engine could not render the request: {exc}")
-        out = splice.splice(entries, found, without_new, with_new, end_of_turn(entries))
+        out = splice.splice(entries, found, with_new, end_of_turn(entries))
         if isinstance(out, splice.NoSplice):
             return self._refuse_or_render(mode, entries, out.reason)
         return Plan(mode, entries, out, None)

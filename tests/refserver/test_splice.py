@@ -59,8 +59,7 @@ def renders(engine, messages, chat):
 def spliced(engine, entries, messages, chat):
     found = splice.find(entries, {**chat, "messages": messages})
     assert isinstance(found, splice.Match), found
-    without_new, with_new = renders(engine, messages, chat)
-    out = splice.splice(entries, found, without_new, with_new, eot(engine))
+    out = splice.splice(entries, found, engine.tokenize_chat(messages, chat.get("tools")), eot(engine))
     assert isinstance(out, splice.Spliced), out
     return out
 
@@ -192,3 +191,17 @@ def test_of_two_identical_answers_the_latest_one_is_continued(engine):
     record(engine, entries, [SYSTEM, USER], {}, ids, msg, seq=5, finish="stop")
     found = splice.find(entries, {"messages": [SYSTEM, USER, msg, {"role": "user", "content": "Hi."}]})
     assert isinstance(found, splice.Match) and found.entry.completion_id == "c5"
+
+
+def test_a_rendering_whose_turns_do_not_line_up_is_not_spliced(engine):
+    entries: dict = {}
+    msg = {"role": "assistant", "content": "Hello."}
+    ids = engine.tokenize_text("Hello.", add_special_tokens=False) + [eot(engine)]
+    prompt = record(engine, entries, [SYSTEM, USER], {}, ids, msg, seq=1, finish="stop")
+    found = splice.find(entries, {"messages": [SYSTEM, USER, msg, {"role": "user", "content": "Hi."}]})
+    whole = prompt + ids
+    # fewer closed turns than the recorded ids hold (a template that merged two of them)
+    assert splice.splice(entries, found, whole[:-1], eot(engine)) == splice.NoSplice(splice.BOUNDARY)
+    # the right count, but another token after the cut than the template puts after a turn
+    odd = whole + [engine.tokenize_text("x", add_special_tokens=False)[0], eot(engine)]
+    assert splice.splice(entries, found, odd, eot(engine)) == splice.NoSplice(splice.BOUNDARY)
