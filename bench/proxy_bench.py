@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -189,6 +190,7 @@ def main() -> None:
                     p.wait(timeout=15)
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     os.killpg(p.pid, signal.SIGKILL)
+            shutil.rmtree(home, ignore_errors=True)
         if not args.quick:
             record_costs(redis_server.url)
     if args.json:

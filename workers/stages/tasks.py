@@ -6,7 +6,9 @@ queue. Pools are chosen per stage when the worker starts (``infra.stack.STAGE_PO
 
 from __future__ import annotations
 
-from celery.signals import worker_ready
+import gc
+
+from celery.signals import worker_process_init, worker_ready
 
 from pipeline.celery_app import CALLBACK_DELIVERY_TASK, get_app
 from pipeline.status import Stage
@@ -41,8 +43,22 @@ def deliver_callback(self, task_id: str) -> None:
     callback.deliver(deps(), task_id)
 
 
+def _collect_less() -> None:
+    """The worker's modules, app and pools are long-lived: frozen, the cyclic collector never
+    walks them again, and it runs every 10,000 allocations rather than 700 (a stage allocates a
+    few thousand short-lived objects; Celery's and ours hold few cycles)."""
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 100)
+
+
+@worker_process_init.connect
+def _child_collects_less(**_: object) -> None:
+    _collect_less()  # a prefork pool child (POSTRUN): after the fork, what it inherited
+
+
 @worker_ready.connect
 def _start_reaper(**_: object) -> None:
     """Every worker runs the reaper loop; a Redis lock lets one pass run at a time."""
+    _collect_less()
     reaper.start()
 
