@@ -8,6 +8,7 @@ are not skewed by this one and the CLI imports nothing heavy; each prints one JS
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +28,12 @@ from infra.cli.output import console, emit_json, err_console, json_option, progr
 
 ROOT = Path(__file__).resolve().parents[2]  # a source checkout; a wheel carries no bench/
 TEST_IMAGE = "localhost/polar-test:bookworm"  # what bench/runtime_bench.py runs sessions in
+
+
+def _reference_model_extra() -> str | None:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        return "the reference model needs torch and transformers (pip install -e '.[model]')"
+    return None
 
 
 def _podman_and_test_image() -> str | None:
@@ -59,6 +66,8 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("redis_memory", "bench/redis_memory.py", "Redis memory per finished session", default=False),
     Benchmark("runtime", "bench/runtime_bench.py", "runtime start times; run slots kept busy (podman)",
               default=False, requires=_podman_and_test_image),
+    Benchmark("token_in", "bench/token_in_bench.py", "what splicing a call as token ids adds (reference server)",
+              default=False, requires=_reference_model_extra),
 )}
 
 ONLY_HELP = "Comma-separated: " + ", ".join(BENCHMARKS) + "."
