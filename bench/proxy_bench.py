@@ -66,6 +66,16 @@ def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
 
 
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGINT each process group (a clean gunicorn shutdown), SIGKILL what is still there after 15 s."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+            p.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 def wait_http(url: str) -> None:
     for _ in range(300):
         try:
@@ -184,12 +194,7 @@ def main() -> None:
                 metrics_cost(f"http://127.0.0.1:{ports['proxy']}", proxy.pid,
                              f"http://127.0.0.1:{ports['proxy_nometrics']}", bare.pid, sid, args)
         finally:
-            for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGINT)
-                    p.wait(timeout=15)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(p.pid, signal.SIGKILL)
+            stop(procs)
             shutil.rmtree(home, ignore_errors=True)
         if not args.quick:
             record_costs(redis_server.url)

@@ -16,7 +16,6 @@ import argparse
 import collections
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import chat_requests, loadgen  # noqa: E402
-from bench.proxy_bench import _dumps, spawn, wait_http  # noqa: E402
+from bench.proxy_bench import _dumps, spawn, stop, wait_http  # noqa: E402
 from infra.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
@@ -88,7 +87,8 @@ def main() -> None:
     with EmbeddedRedis() as redis_server:
         ports = {k: free_port() for k in ("upstream", "proxy")}
         upstream = f"http://127.0.0.1:{ports['upstream']}"
-        env = {**os.environ, "POLAR_HOME": tempfile.mkdtemp(prefix="polar-prof-"), "POLAR_REDIS_URL": redis_server.url,
+        home = tempfile.mkdtemp(prefix="polar-prof-")
+        env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url,
                "POLAR_UPSTREAM_URL": upstream}
         procs = [spawn(["-m", "infra.cli.main", "model", "fake", "--port", str(ports["upstream"]), "--workers", "1"], env),
                  spawn(["-m", "infra.cli.main", "proxy", "--port", str(ports["proxy"]), "--workers", "1"], env)]
@@ -112,12 +112,8 @@ def main() -> None:
                   f"{len(result[0].latencies)} requests, p50 {result[0].pct(0.5) * 1000:.2f} ms")
             summarise(out, args.top, len(result[0].latencies))
         finally:
-            for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGINT)
-                    p.wait(timeout=15)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(p.pid, signal.SIGKILL)
+            stop(procs)
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def new_tool_call_id() -> str:
 def _parse_block(body: str) -> dict | None:
     try:
         obj = json.loads(body.strip())
-    except ValueError:
+    except (ValueError, RecursionError):  # a model can nest brackets past the parser's depth
         return None
     if not isinstance(obj, dict):
         return None

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from operator import attrgetter
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -14,6 +12,7 @@ from pipeline.blobs.arrays import decode_arrays
 from pipeline.blobs.layout import PACKED_FIELDS, TraceColumns, read_frame, write_blob
 from pipeline.blobs.plain import plain_fields
 from pipeline.codec import unpack
+from pipeline.collector import collector_paused
 from pipeline.errors import BlobFormatError
 from pipeline.schemas import SessionResult, SessionSummary, Trace, Trajectory
 
@@ -35,12 +34,12 @@ def encode_trajectory(trajectory: Trajectory, layout: str = "compact") -> bytes:
 
 def decode_result(blob: bytes) -> SessionResult:
     """A ``SessionResult`` from a blob of any version (version 1: the pydantic dump packed)."""
-    with _collector_paused():
+    with collector_paused():
         return SessionResult.model_validate(_plain(blob))
 
 
 def decode_trajectory(blob: bytes) -> Trajectory:
-    with _collector_paused():
+    with collector_paused():
         return Trajectory.model_validate(_plain(blob))
 
 
@@ -72,17 +71,3 @@ def _columns(trace: Trace) -> TraceColumns:
         raise BlobFormatError("response_logprobs[i].token_id must equal response_ids[i] for every token")
     return TraceColumns(trace.prompt_ids, trace.response_ids, trace.loss_mask, list(map(_LOGPROB, entries)),
                         list(map(_TOKEN, entries)), trace.model_dump(mode="json", exclude=set(PACKED_FIELDS)))
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Validating a long trace makes a million small objects; each allocation burst triggers
-    the cyclic collector, which walks every live object each time (measured: 3x the decode
-    time). They hold no cycles, so the collector can wait until they are built."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -21,11 +21,8 @@ new chain instead of merging a turn whose context would drift.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +30,7 @@ from pydantic import TypeAdapter
 
 from pipeline.builders.base import BuildContext, BuildError
 from pipeline.builders.tip_index import Node, TipIndex
+from pipeline.collector import collector_paused
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
 
 EOS_FINISHES = ("stop", "tool_calls")
@@ -102,7 +100,7 @@ class PrefixMergingBuilder:
         ordered = sorted(completions, key=lambda c: (c.started_at, c.seq))
         eot = self.eot if self.eot is not None else detect_eot(ordered)
         stats = _Stats(completions_total=len(ordered))
-        with _collection_paused():
+        with collector_paused():
             chains = self._chains(ordered, eot, stats)
             traces = [self._trace(i, ch, ctx) for i, ch in enumerate(chains)]
         stats.chains_total = len(chains)
@@ -189,21 +187,6 @@ def _best_chain(candidates: list[_Chain], c: CompletionRecord) -> _Chain | None:
         if best_rank is None or rank > best_rank:
             best, best_rank = chain, rank
     return best
-
-
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """No cyclic GC while the traces are built: they allocate a tracked object or two per token
-    and keep them all, so each collection this triggers finds nothing to free yet walks every
-    object in the process, the session's id lists included (a 2.4 M-id session: 3 full passes,
-    half the build). Automatic collection resumes afterwards, as the caller had it."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _same_turn(a: Any, b: Any) -> bool:

@@ -115,3 +115,9 @@ def test_bad_block_kept_next_to_good_one():
 def test_unclosed_final_block_is_parsed():
     content, calls = parse_tool_calls('<tool_call>\n{"name": "bash", "arguments": {"command": "pwd"}}\n')
     assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"command": "pwd"}
+
+
+def test_brackets_nested_past_the_json_parser_depth_stay_text():
+    # json.loads raises RecursionError, not ValueError, on such input; a sampled turn can be it.
+    text = "<tool_call>" + "[" * 100_000 + "</tool_call>"
+    assert parse_tool_calls(text) == (text, [])
