@@ -20,15 +20,21 @@ class Control:
 
     def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float) -> str | None:
         """The policy version for a call that entered (``replies`` of the store's enter
-        commands); while paused, the call steps out, waits, and enters again."""
+        commands); while paused, the call steps out and waits holding no lease (so a pause
+        taken meanwhile drains), reading the flag alone until it clears, then enters again;
+        the enter re-reads the flag after its lease is in, so a pause that lands in between is
+        either seen by the call or counts the call."""
         _, paused, version = replies
         version = version.decode() if version else None
         deadline = time.monotonic() + max_wait
         while paused:
             self.store.exit(call_id)
-            if time.monotonic() > deadline:
-                raise UpstreamTimeout("inference is paused for weight sync and did not resume in time")
-            time.sleep(POLL_SECONDS)
+            while True:
+                if time.monotonic() > deadline:
+                    raise UpstreamTimeout("inference is paused for weight sync and did not resume in time")
+                time.sleep(POLL_SECONDS)
+                if not self.store.is_paused():
+                    break
             paused, version = self.store.enter(call_id, lease())
         return version or self.default_policy_version
 

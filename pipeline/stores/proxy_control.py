@@ -51,6 +51,9 @@ class ProxyControlStore:
         _, paused, version = pipe.execute()
         return bool(paused), text(version) if version else None
 
+    def is_paused(self) -> bool:
+        return bool(self._r.exists(keys.PROXY_PAUSED))
+
     def exit(self, call_id: str) -> None:
         self._r.zrem(keys.PROXY_CALLS, call_id)
 
