@@ -30,7 +30,7 @@ from proxy.detection import detect
 from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, Unavailable, UpstreamError
 from proxy.gateway import Call, Gateway
 from proxy.hot_redis import RedisReplyError as HotRedisError
-from proxy.providers import PROVIDERS, Provider, Route
+from proxy.providers import PROVIDERS, Provider, Route, Turn
 from proxy.sessions import presented_key
 
 log = logging.getLogger("polar.proxy")
@@ -90,12 +90,27 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float) -> tuple[Answer, bool]:
         gw = self.gw
-        lease, seq, version, token_in = gw.admit(presented_key(key, req.headers, req.args))
-        scope = gw.scope(lease.session_id, req.args)
-        started = time.time()
+        # The admission's round trip runs while the body is parsed (and translated, where that
+        # reads no per-session state); its verdict is read before anything acts on the request.
+        admission = gw.begin_admit(presented_key(key, req.headers, req.args))
+        scope = gw.scope(admission.lease.session_id, req.args)
+        parsed = early = None
         try:
             body = body if body is not None else json_body(req)
-            parsed = _parse(provider, body, route, provider.context(body, scope))
+            if not provider.stateful:
+                parsed = _parse(provider, body, route, provider.context(body, scope))
+        except ProxyError as err:
+            early = err
+        except BaseException:
+            gw.cancel_admit(admission)
+            raise
+        lease, seq, version, token_in = gw.admitted(admission)  # a refused call is refused first
+        started = time.time()
+        try:
+            if early is not None:
+                raise early
+            if parsed is None:
+                parsed = _parse(provider, body, route, provider.context(body, scope))
         except ProxyError as err:
             gw.fail(lease, provider.name, err, body, started)
             raise
@@ -104,8 +119,8 @@ class ModelCalls:
             raise
         call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in)
         if not parsed.stream:
-            _, response = gw.complete(call)
-            return Answer(200, JSON, orjson.dumps(response)), True
+            _, _, answer = gw.complete(call, _json_answer)
+            return Answer(200, JSON, answer), True
         return self._stream(call)
 
     def _stream(self, call: Call) -> tuple[Answer, bool]:
@@ -113,31 +128,35 @@ class ModelCalls:
         keepalive interval (an HTTP error status is then still possible), else opened at once and
         kept alive while the engine works (the metrics count it when it ends)."""
         writer = call.provider.stream(call.parsed)
-        job = _Job(self.gw.complete, call)
+        events_of = _StreamEvents(writer)
+        job = _Job(self.gw.complete, call, events_of.encode)
         if job.wait(self.keepalive):
-            turn, response = job.result()
+            _, _, body = job.result()
             # One buffer: the server writes each item of a body as its own chunk and syscall.
-            return Answer(200, writer.content_type, b"".join(writer.head(turn) + writer.body(response, turn)),
-                          SSE_HEADERS), True
+            return Answer(200, writer.content_type, b"".join(body), SSE_HEADERS), True
         metrics, provider, keepalive = self.metrics, call.provider.name, self.keepalive
 
         def events() -> Iterable[bytes]:
-            yield from writer.head()
+            yield from events_of.open()
             while not job.wait(keepalive):
                 ping = writer.keepalive()
                 if ping:
                     yield ping
             try:
-                turn, response = job.result()
+                _, _, body = job.result()
             except ProxyError as err:  # the stream has begun: the error becomes an event
                 metrics.failed(provider, type(err).__name__)
                 metrics.answered(provider, err.status)
                 yield from writer.error(err)
                 return
             metrics.answered(provider, 200)
-            yield from writer.body(response, turn)
+            yield from body
 
         return Answer(200, writer.content_type, events(), SSE_HEADERS), False
+
+
+def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
+    return orjson.dumps(response)
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
@@ -178,6 +197,31 @@ class Answer:
     def response(self) -> Response:
         body = [self.body] if isinstance(self.body, bytes) else self.body
         return Response(body, status=self.status, content_type=self.content_type, headers=self.headers)
+
+
+class _StreamEvents:
+    """A streamed answer's events, encoded by the engine call's job while Redis records the call
+    (``Gateway.complete``) unless the waiter has already opened the stream to keep it alive: the
+    head goes out exactly once, either way (a writer's body depends on its head's state)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self._lock = threading.Lock()
+        self._opened = self._encoded = False
+
+    def open(self) -> list[bytes]:
+        """The head, sent before the answer (a long call); none if the answer already holds it."""
+        with self._lock:
+            if self._encoded:
+                return []
+            self._opened = True
+            return list(self.writer.head())
+
+    def encode(self, turn: Turn, response: dict[str, Any]) -> list[bytes]:
+        with self._lock:
+            self._encoded = True
+            head = [] if self._opened else list(self.writer.head(turn))
+            return head + list(self.writer.body(response, turn))
 
 
 class _Job:

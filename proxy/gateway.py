@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import redis
 
@@ -22,7 +22,7 @@ from proxy.capture import build_error_record, build_record, new_completion_id
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
-from proxy.hot_redis import HotRedis, NoScript
+from proxy.hot_redis import HotRedis, NoScript, Pending
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
@@ -32,6 +32,14 @@ from proxy.token_in import TokenInCalls
 from proxy.upstream import UpstreamTransport
 
 CHAT_PATH = "/v1/chat/completions"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Admission:
+    key: str | None
+    lease: Lease
+    pending: Pending  # the admission's round trip, sent
 
 
 @dataclass
@@ -89,24 +97,39 @@ class Gateway:
         """Admit a model call by its session key: the session must be live, and while weight sync
         pauses inference the call waits here. Returns (its lease, sequence number, policy
         version, the session's token-in mode)."""
+        return self.admitted(self.begin_admit(key))
+
+    def begin_admit(self, key: str | None) -> "Admission":
+        """Send a call's admission; ``admitted`` reads its verdict. The caller may parse the
+        request in between (never acting on it: a refused call is answered as refused), and must
+        end with ``admitted`` or ``cancel_admit``."""
         sid = session_for(key)
-        for attempt in (1, 2):
-            lease, expiry = self.inflight.new(sid)
-            try:
-                begin, *enter = self.hot.pipeline([
-                    self.gate.begin_command(sid, key or "", lease.call_id, expiry),
-                    *self.stores.proxy_control.enter_commands(lease.call_id, expiry)])
-                break
-            except NoScript:
-                # Redis restarted (or dropped its scripts) since this process loaded ours; the
-                # round trip's other commands still ran, so undo them before trying again.
-                self._release(lease, [], entered=True)
-                self.gate.reload()
-                if attempt == 2:
-                    raise
-            except BaseException:
-                self.inflight.done(lease)
+        lease, expiry = self.inflight.new(sid)
+        try:
+            return Admission(key, lease, self.hot.send(self._admit_commands(sid, key, lease.call_id, expiry)))
+        except BaseException:
+            self.inflight.done(lease)
+            raise
+
+    def _admit_commands(self, sid: str, key: str | None, call_id: str, expiry: float) -> list[tuple[Any, ...]]:
+        return [self.gate.begin_command(sid, key or "", call_id, expiry),
+                *self.stores.proxy_control.enter_commands(call_id, expiry)]
+
+    def admitted(self, admission: "Admission", retried: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+        lease, sid = admission.lease, admission.lease.session_id
+        try:
+            begin, *enter = admission.pending.replies()
+        except NoScript:
+            # Redis restarted (or dropped its scripts) since this process loaded ours; the
+            # round trip's other commands still ran, so undo them before trying again.
+            self._release(lease, [], entered=True)
+            self.gate.reload()
+            if retried:
                 raise
+            return self.admitted(self.begin_admit(admission.key), retried=True)
+        except BaseException:
+            self.inflight.done(lease)
+            raise
         try:
             seq, token_in = self.gate.admitted(sid, begin)
         except ProxyError:
@@ -119,11 +142,24 @@ class Gateway:
             self._release(lease, [], entered=False)
             raise err
 
+    def cancel_admit(self, admission: "Admission") -> None:
+        """An admission sent but given up before its verdict (the request's handler was killed):
+        undo it when Redis answers, else its lease lapses on its own."""
+        try:
+            admission.pending.replies()
+            self._release(admission.lease, [], entered=True)
+        except Exception:  # noqa: BLE001 - best effort; the leases expire
+            admission.pending.discard()
+            self.inflight.done(admission.lease)
+
     def _release(self, lease: Lease, record_commands: list[tuple[Any, ...]], entered: bool = True) -> None:
+        self._send_release(lease, record_commands, entered).replies()
+
+    def _send_release(self, lease: Lease, record_commands: list[tuple[Any, ...]], entered: bool = True) -> Pending:
         self.inflight.done(lease)
         control = self.stores.proxy_control.exit_commands(lease.call_id) if entered else []
-        self.hot.pipeline([*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
-                           *control])
+        return self.hot.send([*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
+                              *control])
 
     def fail(self, lease: Lease, provider: str, err: ProxyError, original: Any, started: float) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""
@@ -139,9 +175,11 @@ class Gateway:
 
     # --- the call ------------------------------------------------------------------------------
 
-    def complete(self, call: Call) -> tuple[Turn, dict[str, Any]]:
+    def complete(self, call: Call, encode: Callable[[Turn, dict[str, Any]], T]) -> tuple[Turn, dict[str, Any], T]:
         """Run an admitted call and release it on every path (also when a stream's client has
-        gone), so POSTRUN's in-flight wait and the pause drain are exact."""
+        gone), so POSTRUN's in-flight wait and the pause drain are exact. The answer is rendered
+        and ``encode``d (the caller's bytes) while Redis writes the record: the release's round
+        trip costs the call no time of its own, and the answer still leaves only once recorded."""
         sid, parsed = call.session_id, call.parsed
         try:
             chat, normalizations = self._engine_request(parsed)
@@ -164,7 +202,6 @@ class Gateway:
             except upstream.CaptureError as exc:
                 raise UpstreamError(str(exc)) from None
             turn = turn_from_chat(raw, parsed.model)
-            response = call.provider.render(turn, parsed)
             sampled = assistant_message(turn)
             completion_id = new_completion_id()
             record = build_record(
@@ -186,12 +223,17 @@ class Gateway:
         except BaseException:
             self.abandon(call.lease)
             raise
-        self._release(call.lease, commands)
+        pending = self._send_release(call.lease, commands)
+        try:
+            response = call.provider.render(turn, parsed)
+            encoded = encode(turn, response)
+        finally:
+            pending.replies()  # a Redis failure here fails the call: nothing unrecorded is answered
         self.metrics.written("completion")
         self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
                               latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)
         call.provider.completed(parsed, response, sampled, call.scope)
-        return turn, response
+        return turn, response, encoded
 
     def _engine_request(self, parsed: Parsed) -> tuple[dict[str, Any], list[str]]:
         """The Chat Completions request the engine is sent (before its dialect's capture fields),

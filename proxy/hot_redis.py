@@ -1,4 +1,5 @@
-"""Just enough of the Redis protocol for the proxy's two round trips per model call.
+"""Just enough of the Redis protocol for the proxy's two round trips per model call, each of which
+may be sent before its replies are needed (``send`` -> ``Pending.replies``).
 
 redis-py spends ~160 µs of CPU on a 4-command pipeline under gevent (pool, retries, timeouts,
 response callbacks); packing with hiredis and parsing with its reader on a pooled socket costs
@@ -54,48 +55,35 @@ class HotRedis:
 
     def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Send all commands at once, read all replies; raise the first error reply after."""
-        while True:
-            pooled = bool(self._idle)
-            conn = self._idle.pop() if pooled else self._connect()
-            try:
-                replies = self._roundtrip(conn, commands)
-                break
-            except _Stale:
-                conn[0].close()
-                if not pooled:
-                    raise ConnectionError("Redis closed a new connection") from None
-                # A pooled connection the server had already closed (e.g. a Redis restart):
-                # nothing was processed (not one reply came back), so a fresh one may retry.
-            except BaseException:
-                conn[0].close()  # state unknown (partial reply, timeout): never reuse it
-                raise
-        self._idle.append(conn)
-        for reply in replies:
-            if isinstance(reply, hiredis.ReplyError):
-                text = str(reply)
-                raise (NoScript if text.startswith("NOSCRIPT") else RedisReplyError)(text)
-        return replies
+        return self.send(commands).replies()
 
-    @staticmethod
-    def _roundtrip(conn: tuple[socket.socket, hiredis.Reader], commands: Sequence[Command]) -> list[Any]:
-        sock, reader = conn
-        replies: list[Any] = []
+    def send(self, commands: Sequence[Command]) -> "Pending":
+        """Send all commands at once on a connection of its own; ``replies()`` reads them. The
+        caller may work in between (the proxy renders its answer while Redis records the call)
+        and must end with ``replies()`` or ``discard()``."""
+        data = b"".join(hiredis.pack_command(tuple(c)) for c in commands)
+        pooled = bool(self._idle)
+        conn = self._idle.pop() if pooled else self._connect()
         try:
-            send_all(sock, b"".join(hiredis.pack_command(tuple(c)) for c in commands))
-            while len(replies) < len(commands):
-                reply = reader.gets()
-                if reply is False:
-                    data = sock.recv(65536)
-                    if not data:
-                        raise ConnectionError("Redis closed the connection")
-                    reader.feed(data)
-                    continue
-                replies.append(reply)
-        except (ConnectionError, BrokenPipeError) as exc:
-            if not replies and reader.gets() is False:
-                raise _Stale() from exc
+            send_all(conn[0], data)
+        except (ConnectionError, BrokenPipeError):
+            conn[0].close()
+            if not pooled:
+                raise
+            # A pooled connection the server had already closed: nothing was processed.
+            conn, pooled = self._connect(), False
+            try:
+                send_all(conn[0], data)
+            except BaseException:
+                conn[0].close()
+                raise
+        except BaseException:
+            conn[0].close()
             raise
-        return replies
+        return Pending(self, conn, data, len(commands), pooled)
+
+    def _done(self, conn: tuple[socket.socket, hiredis.Reader]) -> None:
+        self._idle.append(conn)
 
     def _connect(self) -> tuple[socket.socket, hiredis.Reader]:
         if self._scheme == "unix":
@@ -114,8 +102,86 @@ class HotRedis:
         if self._db:
             setup.append(("SELECT", self._db))
         if setup:
-            for reply in self._roundtrip(conn, setup):
+            try:
+                send_all(sock, b"".join(hiredis.pack_command(tuple(c)) for c in setup))
+                setup_replies = _read(conn, len(setup))
+            except _Stale:
+                sock.close()
+                raise ConnectionError("Redis closed a new connection") from None
+            except BaseException:
+                sock.close()
+                raise
+            for reply in setup_replies:
                 if isinstance(reply, hiredis.ReplyError):
                     sock.close()
                     raise RedisReplyError(f"Redis refused the connection setup: {reply}")
         return conn
+
+
+class Pending:
+    """Commands sent, replies not yet read: the connection is this object's until then."""
+
+    __slots__ = ("_hot", "_conn", "_data", "_count", "_pooled")
+
+    def __init__(self, hot: HotRedis, conn: tuple[socket.socket, hiredis.Reader], data: bytes, count: int,
+                 pooled: bool) -> None:
+        self._hot, self._data, self._count, self._pooled = hot, data, count, pooled
+        self._conn: tuple[socket.socket, hiredis.Reader] | None = conn
+
+    def replies(self) -> list[Any]:
+        """Every reply, in order; raise the first error reply after reading them all."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("replies already read")
+        self._conn = None
+        while True:
+            try:
+                replies = _read(conn, self._count)
+                break
+            except _Stale:
+                conn[0].close()
+                if not self._pooled:
+                    raise ConnectionError("Redis closed a new connection") from None
+                # A pooled connection the server had closed before reading a thing (e.g. a Redis
+                # restart): nothing was processed (not one reply came back), so resend on a new one.
+                conn, self._pooled = self._hot._connect(), False
+                try:
+                    send_all(conn[0], self._data)
+                except BaseException:
+                    conn[0].close()
+                    raise
+            except BaseException:
+                conn[0].close()  # state unknown (partial reply, timeout): never reuse it
+                raise
+        self._hot._done(conn)
+        for reply in replies:
+            if isinstance(reply, hiredis.ReplyError):
+                text = str(reply)
+                raise (NoScript if text.startswith("NOSCRIPT") else RedisReplyError)(text)
+        return replies
+
+    def discard(self) -> None:
+        """Give up on the replies (the commands may or may not have run): the connection is closed."""
+        if self._conn is not None:
+            self._conn[0].close()
+            self._conn = None
+
+
+def _read(conn: tuple[socket.socket, hiredis.Reader], count: int) -> list[Any]:
+    sock, reader = conn
+    replies: list[Any] = []
+    try:
+        while len(replies) < count:
+            reply = reader.gets()
+            if reply is False:
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("Redis closed the connection")
+                reader.feed(data)
+                continue
+            replies.append(reply)
+    except (ConnectionError, BrokenPipeError) as exc:
+        if not replies and reader.gets() is False:
+            raise _Stale() from exc
+        raise
+    return replies

@@ -158,6 +158,9 @@ class StreamWriter(Protocol):
 
 class Provider(Protocol):
     name: str
+    # Whether ``context`` reads per-session state: such a request is translated only once its
+    # call is admitted (the others are translated while the admission's round trip runs).
+    stateful: bool
 
     def match(self, method: str, path: str) -> Route | None:
         """The route of a request by its path (``/s/<key>`` removed), if this API serves it."""
@@ -204,6 +207,7 @@ class ProviderBase:
     model listings, no token counting, no per-session state."""
 
     name: str
+    stateful = False
 
     def claims_headers(self, headers: Headers) -> bool:
         return False

@@ -251,6 +251,7 @@ def usage(turn: Turn) -> dict[str, Any]:
 
 class OpenAIResponses(ProviderBase):
     name = NAME
+    stateful = True  # previous_response_id: the session's stored responses
 
     def match(self, method: str, path: str) -> Route | None:
         if method == "POST" and path in _PATHS:

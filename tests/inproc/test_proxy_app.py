@@ -15,6 +15,7 @@ from google.genai import errors as genai_errors
 from infra import fake_upstream
 from pipeline.credentials import new_session_id, new_session_key
 from pipeline.status import SessionStatus
+from pipeline.stores.proxy_control import ProxyControlStore
 from pipeline.stores.sessions import SessionStore
 from proxy.app import create_app
 from proxy.upstream import WSGITransport
@@ -83,6 +84,21 @@ def test_malformed_json_and_oversized_bodies(proxy_app, redis_url, kind):
     assert big.status_code == 413 and error_shape(kind, big.get_json())
     done, errors = records(redis_url, key)
     assert done == [] and len(errors) == 1  # the 413 is refused before the session is touched
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_refused_call_is_refused_as_such_whatever_its_body(proxy_app, redis_url, r, kind):
+    """The body is parsed while the admission's round trip runs: the verdict still comes first."""
+    key = running_session(redis_url)
+    client = proxy_app.test_client()
+    unknown = new_session_key(new_session_id())
+    bad = client.post(f"/s/{unknown}{PATHS[kind]}", data=b'{"messages": [', content_type="application/json")
+    assert bad.status_code == 404 and error_shape(kind, bad.get_json())
+    SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
+    ended = client.post(f"/s/{key}{PATHS[kind]}", data=b'{"messages": [', content_type="application/json")
+    assert ended.status_code == 403 and error_shape(kind, ended.get_json())
+    assert records(redis_url, key) == ([], []) and records(redis_url, unknown) == ([], [])
+    assert ProxyControlStore(r).inflight() == 0 and SessionStore(r).inflight_calls(sid_of(key)) == 0
 
 
 def _nested(levels: int):
