@@ -140,12 +140,20 @@ def _run(b: Benchmark, quick: bool, timeout: float, status: Callable[[str], None
     status("running " + " ".join(argv[2:]))
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)  # its own group: stopped as one
+    deadline = time.monotonic() + timeout
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        out, err = proc.communicate()
-        return [error_row(b.name, f"timed out after {timeout:.0f} s")], _tail(err)
+        while True:
+            # Short waits: a Ctrl-C that the OS hands to another thread (the progress bar's) is
+            # acted on by the main thread only once it wakes.
+            try:
+                out, err = proc.communicate(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() < deadline:
+                    continue
+                _stop(proc)
+                out, err = proc.communicate()
+                return [error_row(b.name, f"timed out after {timeout:.0f} s")], _tail(err)
     except BaseException:  # Ctrl-C: stop it (its stack included) before exiting
         _stop(proc)
         raise
