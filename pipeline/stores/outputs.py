@@ -28,9 +28,14 @@ class OutputStore:
     def trajectory(self, session_id: str) -> Trajectory | None:
         return self.parse_trajectory(self._r.get(keys.session_trajectory(session_id)))
 
-    def save_result(self, session_id: str, result: SessionResult, pipe: Any = None) -> None:
+    def encode_result(self, result: SessionResult) -> bytes:
+        return encode_result(result, self.layout)
+
+    def save_result(self, session_id: str, result: SessionResult, pipe: Any = None, data: bytes | None = None) -> None:
+        """(``data``: ``result`` already encoded by ``encode_result``, e.g. to publish the same bytes.)"""
         (pipe if pipe is not None else self._r).set(keys.session_result(session_id),
-                                                     encode_result(result, self.layout), ex=self.ttl)
+                                                     data if data is not None else encode_result(result, self.layout),
+                                                     ex=self.ttl)
 
     def result(self, session_id: str) -> SessionResult | None:
         return self.parse_result(self._r.get(keys.session_result(session_id)))

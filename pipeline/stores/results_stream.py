@@ -74,11 +74,12 @@ class ResultsStream:
         replies = lua.execute(self._r, lambda pipe: self.queue_publish(pipe, result), transaction=False)
         return self.published(replies[0])
 
-    def queue_publish(self, pipe: Any, result: SessionResult) -> None:
+    def queue_publish(self, pipe: Any, result: SessionResult, data: bytes | None = None) -> None:
         """Add to ``pipe`` the atomic publish-once (RESULTS_PUBLISH_ONCE: the marker checked, the
-        entry appended, the marker set); its reply goes to ``published``."""
+        entry appended, the marker set); its reply goes to ``published``. ``data``: ``result``'s
+        blob in this stream's layout when the caller has it already."""
         script = lua.RESULTS_PUBLISH_ONCE
-        fields = {"data": encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
+        fields = {"data": data if data is not None else encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
                   "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])}
         lua.queue(pipe, script, [keys.session_published(result.session_id), self.stream, keys.SESSION_METRICS],
                   [self.marker_ttl, _PENDING, result.status.value, *(x for kv in fields.items() for x in kv)])

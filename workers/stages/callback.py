@@ -41,12 +41,12 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     if result is None:
         raise Skip("no result stored yet")
     records = stores.records.parse_all(completions, errors)
-    _terminate(d, sid, result)
+    data = _terminate(d, sid, result)  # the result's blob: stored, and published as the same bytes
     path = _save_file(d, result, records)  # before publishing: a published result always has its file
     # One round trip: publish once, note the file, let the raw records and the trajectory expire,
     # count the session towards its task.
     def publish(pipe: Any) -> None:
-        stores.results.queue_publish(pipe, result)
+        stores.results.queue_publish(pipe, result, data if stores.results.layout == stores.outputs.layout else None)
         if path is not None:
             stores.tasks.note_result_path(result.task_id, sid, str(path), pipe)
         stores.records.expire(sid, d.settings.records_ttl_seconds, pipe)
@@ -67,15 +67,17 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     return None
 
 
-def _terminate(d: Deps, sid: str, result: SessionResult) -> None:
-    """The session's terminal status (and the result with its end stamp): one MULTI."""
+def _terminate(d: Deps, sid: str, result: SessionResult) -> bytes:
+    """The session's terminal status (and the result with its end stamp): one MULTI. Returns the
+    result's blob as stored."""
     if result.timing.finished_at is None:
         result.timing.finished_at = time.time()
     sessions = d.stores.sessions
     move = sessions.transition_args(result.status, [SessionStatus.EVALUATING], {"finished_at": result.timing.finished_at})
+    data = d.stores.outputs.encode_result(result)
 
     def terminal(pipe: Any) -> None:
-        d.stores.outputs.save_result(sid, result, pipe)
+        d.stores.outputs.save_result(sid, result, pipe, data)
         lua.queue(pipe, lua.SESSION_TRANSITION, [keys.session(sid)], move)
 
     ok, previous = lua.execute(d.stores.r, terminal, transaction=True)[-1]
@@ -84,6 +86,7 @@ def _terminate(d: Deps, sid: str, result: SessionResult) -> None:
     except TransitionRefused as exc:
         if exc.current != result.status.value:  # already terminal with this status: a re-run
             raise
+    return data
 
 
 def _task_options(d: Deps, state: SessionState) -> tuple[str | None, int | None]:
