@@ -78,6 +78,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--gil", action="store_true",
+                    help="only samples holding the GIL: Python's own CPU, without syscalls and descheduled time")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or os.environ.get("PY_SPY")
     if not pyspy:
@@ -101,7 +103,7 @@ def main() -> None:
             out = Path(tempfile.mkdtemp(prefix="polar-prof-")) / "profile.txt"
             spy = subprocess.Popen([pyspy, "record", "--format", "raw", "--rate", str(RATE), "--nonblocking",
                                     "--duration", str(int(args.seconds)), "--pid", str(worker_pid(procs[1].pid)),
-                                    "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    "--output", str(out), *(["--gil"] if args.gil else [])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             result: list[loadgen.Result] = []
             load = threading.Thread(target=lambda: result.append(
                 loadgen.run(url, body, args.concurrency, seconds=args.seconds)))
