@@ -71,16 +71,20 @@ def _stat(pid: int | str) -> list[str] | None:
         return None
 
 
-def cpu_seconds(groups: dict[str, int], redis_pid: int) -> dict[str, float]:
+def cpu_seconds(groups: dict[str, int], redis_pid: int, waited_only: bool = False) -> dict[str, float]:
     """CPU (user + system, with waited-for children's) by stack component: every live process of
     each child's process session (each leads its own: its pool children and agents included),
-    and the Redis server's process."""
+    and the Redis server's process. ``waited_only``: the waited-for children's share alone (the
+    agents' processes, which ended; a pool child is counted while it lives)."""
     by_session = {sid: name for name, sid in groups.items()}
     out = {name: 0.0 for name in groups}
+    first = 13 if waited_only else 11
     for entry in os.scandir("/proc"):
         fields = _stat(entry.name) if entry.name.isdigit() else None
         if fields and int(fields[3]) in by_session:
-            out[by_session[int(fields[3])]] += sum(int(f) for f in fields[11:15]) / CLK  # utime stime cutime cstime
+            out[by_session[int(fields[3])]] += sum(int(f) for f in fields[first:15]) / CLK  # utime stime cutime cstime
+    if waited_only:
+        return out
     fields = _stat(redis_pid)
     out["redis"] = sum(int(f) for f in fields[11:15]) / CLK if fields else 0.0
     return out
@@ -187,6 +191,7 @@ def main() -> None:
         tasks = [task(i, per_task, "run") for i in range(args.tasks)]
         n = per_task * args.tasks
         cpu0, calls0, t0 = cpu_seconds(groups, redis_pid), redis_calls(r), time.monotonic()
+        agents0 = sum(cpu_seconds(groups, redis_pid, waited_only=True).values())
         spy: threading.Thread | None = None
         raws: dict[str, Path] = {}
         if args.profile:
@@ -199,6 +204,7 @@ def main() -> None:
         polls = wait_published(r, 20 + n, 600)
         wall = time.monotonic() - t0
         cpu1, calls1 = cpu_seconds(groups, redis_pid), redis_calls(r)
+        agents_ms = 1000 * (sum(cpu_seconds(groups, redis_pid, waited_only=True).values()) - agents0) / n
         calls1["xlen"] = calls1.get("xlen", 0) - polls  # the benchmark's own
         calls1["info"] = calls1.get("info", 0) - 1
         commands = {k: (v - calls0.get(k, 0)) / n for k, v in calls1.items() if v - calls0.get(k, 0) > 0}
@@ -208,6 +214,8 @@ def main() -> None:
         figures = {"sessions": n, "tasks": args.tasks, "events": args.events, "wall_s": round(wall, 2),
                    "sessions_per_s": round(n / wall, 1), "cpu_ms_per_session": round(sum(by_name.values()), 1),
                    "cpu_ms_per_session_by_process": {k: round(v, 2) for k, v in sorted(by_name.items())},
+                   # Of the total: the agents' own processes (``bash -c true``: exec and shell start-up).
+                   "agent_processes_cpu_ms_per_session": round(agents_ms, 2),
                    "idle_cpu_ms_per_s": round(sum(idle_ms_per_s.values()), 2),
                    "redis_commands_per_session": round(sum(commands.values()), 1),
                    "redis_commands_by_name": {k: round(v, 2) for k, v in sorted(commands.items(), key=lambda kv: -kv[1])}}
@@ -226,6 +234,7 @@ def main() -> None:
                   f"{figures['sessions_per_s']} sessions/s ({wall:.1f} s), "
                   f"{figures['cpu_ms_per_session']} ms CPU per session, "
                   f"{figures['redis_commands_per_session']} Redis commands per session")
+            print(f"  of which the agents' own processes (bash -c true): {agents_ms:.2f} ms CPU/session")
             for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1]):
                 print(f"  {name:<18}{ms:>8.2f} ms CPU/session   (idle: {idle_ms_per_s[name]:.2f} ms CPU/s)")
             print("  Redis commands per session: " + ", ".join(
