@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import time
@@ -77,6 +78,7 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     """Start embedded Redis (unless POLAR_REDIS_URL is set), one worker per stage, the proxy,
     the API and the reference model; Ctrl-C stops everything."""
     _sigterm_as_interrupt()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     settings = Settings.from_env()
     stack = _stack(settings, _policies(policies), flower_port, not no_model, fixed_ports=True, persist=True)
     click.echo("starting ...")

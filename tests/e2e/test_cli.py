@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from infra.embedded_redis import free_port
 from tests.e2e.conftest import EXAMPLES, wait_for
@@ -103,7 +105,14 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert gone.returncode == 2 and "404" in gone.stderr
     finally:
         up.send_signal(signal.SIGINT)
-        out, _ = up.communicate(timeout=60)
+        try:
+            out, _ = up.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # where it hangs: every thread's stack (SIGUSR1), then the output
+            up.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            up.kill()
+            out, _ = up.communicate()
+            pytest.fail(f"polar up did not stop within 60 s of Ctrl-C:\n{out[-6000:]}")
     assert up.returncode == 0, out
     assert "stopping" in out and not any(secret in out for secret in tokens.values())  # never printed
     assert "all ready" in out  # the start-up progress bar's final state (stderr is not a terminal here)
