@@ -228,6 +228,8 @@ def main() -> None:
                        ("<=", 20)),
                 figure("Redis commands per session", figures["redis_commands_per_session"], "commands",
                        measured_on),
+                figure("CPU per session, of it the agents' own processes", figures["agent_processes_cpu_ms_per_session"],
+                       "ms", measured_on + " (bash -c true)"),
             ], **figures)
         else:
             print(f"{n} no-op sessions in {args.tasks} tasks, events {'on' if args.events else 'off'}: "

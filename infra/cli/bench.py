@@ -57,6 +57,7 @@ class Benchmark:
 
 BENCHMARKS = {b.name: b for b in (
     Benchmark("orchestration", "bench/orchestration_bench.py", "no-op sessions/s and CPU per session, whole stack"),
+    Benchmark("celery_floor", "bench/celery_floor.py", "what Celery alone costs per session (five empty tasks)"),
     Benchmark("proxy", "bench/proxy_bench.py", "added latency, throughput vs a bare pass-through, CPU per call"),
     Benchmark("merge", "bench/merge_bench.py", "prefix_merging CPU time on 3.2 M ids; per-id cost as sessions grow"),
     Benchmark("blobs", "bench/blob_bench.py", "result blob bytes/token and decode to numpy, 1M-token trace"),
