@@ -24,11 +24,11 @@ from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body
 from proxy.calls import json_response as _json
-from proxy.detection import detect
+from proxy.detection import api_path, detect, error_provider, serves
 from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
 from proxy.gateway import Gateway
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from proxy.providers import DEFAULT, PROVIDERS, Provider, Route
+from proxy.providers import PROVIDERS, Provider, Route
 from proxy.sessions import presented_key
 from proxy.upstream import UpstreamTransport
 
@@ -58,12 +58,12 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     @app.route("/s/<key>", defaults={"path": ""}, methods=METHODS, strict_slashes=False)
     @app.route("/s/<key>/<path:path>", methods=METHODS)
     def dispatch(path: str, key: str | None = None) -> Any:
-        g.provider = PROVIDERS[DEFAULT]
+        g.provider = error_provider("/" + path, request.headers)  # until the route says whose call it is
         if request.method == "HEAD":  # Claude Code's preflight of its base URL
             return _json({"status": "ok"})
         route = detect(request.method, "/" + path, request.headers)
         body = None
-        if route is None and request.method == "POST":
+        if route is None and request.method == "POST" and serves(request.method, "/" + path):
             body = json_body(request)
             route = detect(request.method, "/" + path, request.headers, body)
         if route is None:
@@ -119,7 +119,7 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     @app.errorhandler(Exception)
     def any_error(exc: Exception) -> Response:
         err = as_proxy_error(exc, request.method, request.path, settings.max_request_bytes)
-        provider: Provider = getattr(g, "provider", PROVIDERS[DEFAULT])
+        provider: Provider = getattr(g, "provider", None) or error_provider(api_path(request.path), request.headers)
         return error_answer(provider, err, request.method, request.path).response()
 
     return app

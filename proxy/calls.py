@@ -161,7 +161,7 @@ def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
     try:
-        return provider.parse(body, path_model=route.model, stream=route.stream, **context)
+        parsed = provider.parse(body, path_model=route.model, stream=route.stream, **context)
     except ProxyError:
         raise
     except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
@@ -169,6 +169,9 @@ def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any])
         # answer 400 in its format (and log it, it may deserve a precise message).
         log.warning("unexpected %s request shape: %r", provider.name, exc)
         raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
+    if not parsed.chat.get("messages"):  # e.g. every message's content empty: nothing to answer
+        raise BadRequest("the request holds no message with content to answer")
+    return parsed
 
 
 class Answer:

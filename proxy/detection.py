@@ -19,6 +19,33 @@ from proxy.providers.base import Headers
 HEALTH_PATHS = ("/", "/health")
 
 
+def api_path(path: str) -> str:
+    """The path an API sees: ``/s/<key>`` removed, one leading slash, none trailing."""
+    if path.startswith("/s/"):
+        path = "/" + path[3:].partition("/")[2]
+    return "/" + path.strip("/")
+
+
+def serves(method: str, path: str, providers: Registry[Provider] = PROVIDERS) -> bool:
+    """Whether some API here serves this path (a POST no API serves is refused before its body
+    is read: its error says so, not that the body is not JSON)."""
+    path = "/" + path.strip("/")
+    return any(p.match(method, path) is not None for _, p in providers.items())
+
+
+def error_provider(path: str, headers: Headers, providers: Registry[Provider] = PROVIDERS) -> Provider:
+    """Whose format a request's error answers in before (or without) a route: the API its headers
+    claim, else the one whose paths it is on, else ``DEFAULT``'s."""
+    path = "/" + path.strip("/")
+    for _, p in providers.items():
+        if p.claims_headers(headers):
+            return p
+    for _, p in providers.items():
+        if p.claims_path(path):
+            return p
+    return providers[DEFAULT]
+
+
 def detect(method: str, path: str, headers: Headers, body: Any = None,
            providers: Registry[Provider] = PROVIDERS) -> Route | None:
     """The route, or None when no API serves the request (for a bare-URL POST: pass the body)."""

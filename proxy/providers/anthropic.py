@@ -23,6 +23,7 @@ from proxy.providers.base import (
     data_url,
     function_tool,
     new_id,
+    opt_bool,
     opt_int,
     opt_number,
     require_object,
@@ -245,6 +246,9 @@ class Anthropic(ProviderBase):
     def claims_headers(self, headers: Headers) -> bool:
         return bool(headers.get("anthropic-version") or headers.get("anthropic-beta"))
 
+    def claims_path(self, path: str) -> bool:
+        return path.startswith(("/v1/messages/", "/messages/", "/v1/complete"))
+
     def claims_body(self, body: Any) -> bool:
         """Messages with something only Anthropic's API has (system, stop_sequences, content blocks
         of tool_use / tool_result / thinking); plain messages are OpenAI Chat's."""
@@ -274,7 +278,7 @@ class Anthropic(ProviderBase):
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat, extra = to_chat(body)
         extra["message_id"] = new_id("msg")  # fixed now: a stream may announce it before the answer
-        return Parsed(chat=chat, stream=body.get("stream") is True, model=body.get("model"), extra=extra)
+        return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"), extra=extra)
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
         reason, sequence = stop_reason(turn)

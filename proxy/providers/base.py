@@ -171,6 +171,10 @@ class Provider(Protocol):
     def claims_body(self, body: Any) -> bool:
         """Whether a bare base-URL POST body is this API's request."""
 
+    def claims_path(self, path: str) -> bool:
+        """Whether a path no API here serves is still this API's (``/v1beta/...`` is Gemini's):
+        the error then answers in this API's format."""
+
     def parse(self, body: Any, *, path_model: str | None = None, stream: bool = False,
               **context: Any) -> Parsed:
         """``path_model``/``stream`` come from the route; ``context`` from ``context()``."""
@@ -213,6 +217,9 @@ class ProviderBase:
         return False
 
     def claims_body(self, body: Any) -> bool:
+        return False
+
+    def claims_path(self, path: str) -> bool:
         return False
 
     def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,6 +282,13 @@ def opt_int(body: dict[str, Any], key: str, *, minimum: int = 0, param: str | No
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise BadRequest(f"'{param or key}' must be an integer >= {minimum}", param=param or key)
+    return value
+
+
+def opt_bool(body: dict[str, Any], key: str, *, param: str | None = None) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"'{param or key}' must be a boolean", param=param or key)
     return value
 
 

@@ -41,6 +41,7 @@ NAME = "google"
 _CALL = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/(?P<model>[^/:]+):"
                    r"(?P<method>generateContent|streamGenerateContent|countTokens)$")
 _MODELS = re.compile(r"^/(?:v1beta|v1alpha)/models(?:/(?P<model>[^/:]+))?$")
+_OWN_PATH = re.compile(r"^/(?:v1beta|v1alpha)(?:/|$)|^/v1/models/[^/]+:")  # Gemini's, served here or not
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
            504: "DEADLINE_EXCEEDED"}
@@ -234,6 +235,9 @@ def _tool_config(config: Any, chat: dict[str, Any]) -> dict[str, Any]:
         return {"tool_choice": "none"}
     if mode in ("ANY", "VALIDATED") and isinstance(allowed, list) and allowed:
         chat["tools"] = [t for t in chat["tools"] if t["function"]["name"] in allowed]
+        if not chat["tools"]:
+            raise BadRequest(f"allowedFunctionNames {allowed!r} names no declared function",
+                             param="toolConfig.functionCallingConfig.allowedFunctionNames")
         if len(chat["tools"]) == 1:
             return {"tool_choice": {"type": "function", "function": {"name": chat["tools"][0]["function"]["name"]}}}
     return {"tool_choice": "required" if mode in ("ANY", "VALIDATED") else "auto"}
@@ -260,7 +264,7 @@ class Google(ProviderBase):
     name = NAME
 
     def match(self, method: str, path: str) -> Route | None:
-        m = _CALL.match(path)
+        m = _CALL.match(path) if method == "POST" else None
         if m:
             kind = "count_tokens" if m["method"] == "countTokens" else "generate"
             return Route(kind, NAME, model=m["model"], stream=m["method"] == "streamGenerateContent")
@@ -271,6 +275,9 @@ class Google(ProviderBase):
 
     def claims_headers(self, headers: Headers) -> bool:
         return bool(headers.get("x-goog-api-key") or headers.get("x-goog-api-client"))
+
+    def claims_path(self, path: str) -> bool:
+        return bool(_OWN_PATH.match(path))
 
     def claims_body(self, body: Any) -> bool:
         return isinstance(body, dict) and "contents" in body

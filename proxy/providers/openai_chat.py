@@ -156,14 +156,16 @@ class ChatStream:
         return base
 
     def head(self, turn: Turn | None = None) -> list[bytes]:
-        self._base = self._head_base(new_id("chatcmpl"), int(time.time()))
+        # The engine's id once the answer is known (as the non-streamed answer has it).
+        self._base = (self._head_base(turn.id, turn.created) if turn is not None and turn.id
+                      else self._head_base(new_id("chatcmpl"), int(time.time())))
         return [self._chunk(self._base, {"role": "assistant"})]
 
     def keepalive(self) -> bytes | None:
         return b": keepalive\n\n"  # an SSE comment: every client skips it
 
     def body(self, response: dict[str, Any], turn: Turn) -> list[bytes]:
-        out = [] if self._base is not None else self.head()
+        out = [] if self._base is not None else self.head(turn)
         base = {**self._base, "model": response["model"]}  # type: ignore[dict-item]
         choice = response["choices"][0]
         msg = choice["message"]

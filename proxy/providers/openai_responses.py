@@ -25,6 +25,7 @@ from proxy.providers.base import (
     function_tool,
     new_id,
     openai_error,
+    opt_bool,
     opt_int,
     opt_number,
     require_object,
@@ -42,6 +43,14 @@ _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please a
 
 def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     body = require_object(body)
+    opt_bool(body, "stream")
+    # Asked for, these change what the caller gets back: refused rather than quietly ignored.
+    if body.get("background"):
+        raise UnsupportedFeature("background responses are not supported: each call is answered as it runs",
+                                 param="background")
+    if body.get("conversation") is not None:
+        raise UnsupportedFeature("conversation objects are not supported: chain calls with previous_response_id",
+                                 param="conversation")
     raw = body.get("input")
     if isinstance(raw, str):
         items: list[Any] = [{"type": "message", "role": "user", "content": raw}]
@@ -72,10 +81,12 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]
         chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none"}
-    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+    fmt = text_format(body)
+    if fmt["type"] == "json_schema":
         chat["response_format"] = {"type": "json_schema", "json_schema": {
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
+    elif fmt["type"] == "json_object":
+        chat["response_format"] = {"type": "json_object"}
     include = body.get("include") or []
     return chat, {
         "namespaces": namespaces, "customs": sorted(customs), "own_messages_from": start,
@@ -84,6 +95,19 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
         "encrypt_reasoning": "reasoning.encrypted_content" in include,
         "previous_response_id": body.get("previous_response_id"),
     }
+
+
+def text_format(body: dict[str, Any]) -> dict[str, Any]:
+    """``text.format``: text (the default), json_object or json_schema."""
+    text = body.get("text")
+    if text is None:
+        return {"type": "text"}
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None and isinstance(text, dict):
+        return {"type": "text"}
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise BadRequest("text.format.type must be text, json_object or json_schema", param="text.format")
+    return fmt
 
 
 def _items(items: list[Any]) -> list[dict[str, Any]]:
@@ -266,6 +290,9 @@ class OpenAIResponses(ProviderBase):
     def claims_body(self, body: Any) -> bool:
         return isinstance(body, dict) and "input" in body
 
+    def claims_path(self, path: str) -> bool:
+        return path.startswith(tuple(p + "/" for p in _PATHS))
+
     def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
         """The stored conversation a request continues (``previous_response_id``)."""
         prev = body.get("previous_response_id") if isinstance(body, dict) else None
@@ -299,6 +326,7 @@ class OpenAIResponses(ProviderBase):
         extra["echo"] = {k: body.get(k) for k in ("instructions", "tools", "tool_choice", "parallel_tool_calls",
                                                  "previous_response_id", "reasoning", "temperature", "top_p",
                                                  "max_output_tokens", "metadata")}
+        extra["echo"]["text"] = {"format": text_format(body)}
         return Parsed(chat=chat, stream=body.get("stream") is True, model=body.get("model"), extra=extra)
 
     def shell(self, parsed: Parsed, status: str) -> dict[str, Any]:
@@ -312,7 +340,8 @@ class OpenAIResponses(ProviderBase):
                 "previous_response_id": echo["previous_response_id"], "reasoning": echo["reasoning"],
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
-                "store": parsed.extra["store"], "text": {"format": {"type": "text"}}, "truncation": "disabled"}
+                "store": parsed.extra["store"], "text": echo.get("text") or {"format": {"type": "text"}},
+                "truncation": "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
         cut = turn.finish_reason == "length"
