@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from pipeline.api import viewer
-from pipeline.api.errors import ApiError
+from pipeline.api.errors import ApiError, count_arg
 from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
 from pipeline.callback_policy import refusal
@@ -124,8 +124,7 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
     @app.get("/rollout/results/dead-letters")
     def dead_letters() -> Response:
         """Results-stream entries a consumer group gave up on, newest first (without blobs)."""
-        raw = request.args.get("count", "100")
-        count = min(max(int(raw), 1), 1000) if raw.isdigit() else 100
+        count = count_arg(request.args, "count", 100, 1000)
         return _json({"stream": stores.results.stats(), "entries": stores.results.dead_letters(count)})
 
     @app.get("/rollout/status")

@@ -88,8 +88,11 @@ def test_pipeline_status_shows_the_results_stream(deps, api):  # noqa: F811
     finished(deps, n=1)
     stream = api.get("/rollout/status?workers=0", headers=AUTH).get_json()["results_stream"]
     assert stream["length"] == 1 and stream["dead_letters"] == 0 and stream["trims_held_back"] == 0
-    dead = api.get("/rollout/results/dead-letters?count=x", headers=AUTH)
+    dead = api.get("/rollout/results/dead-letters?count=5", headers=AUTH)
     assert dead.status_code == 200 and dead.get_json()["entries"] == []
+    for bad in ("x", "²", "-1", "1.5"):  # '²'.isdigit() is true, int('²') fails: was a 500
+        refused = api.get(f"/rollout/results/dead-letters?count={bad}", headers=AUTH)
+        assert refused.status_code == 400 and "'count' must be a whole number" in refused.get_json()["error"]["message"]
 
 
 def test_the_reaper_prunes_results_past_their_retention(deps):  # noqa: F811

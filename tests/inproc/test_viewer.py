@@ -162,6 +162,8 @@ def test_tasks_and_task_routes_list_the_task_and_its_session(finished):
     api, sid, _ = finished
     client, _ = logged_in(api)
     tasks = client.get("/viewer/api/tasks").get_json()["tasks"]
+    assert client.get("/viewer/api/tasks?limit=²").status_code == 400
+    assert client.get("/viewer/api/tasks?limit=1").get_json()["tasks"] == tasks[:1]
     assert [(t["task_id"], t["total_sessions"], t["group_id"]) for t in tasks] == [("t-viewer", 1, "g-viewer")]
     task = client.get("/viewer/api/task/t-viewer").get_json()
     assert task["builder"] == "prefix_merging" and task["model_name"] == "viewer-policy"

@@ -25,7 +25,7 @@ import orjson
 from flask import Flask, Request, Response, request
 from pydantic import ValidationError
 
-from pipeline.api.errors import ApiError
+from pipeline.api.errors import ApiError, count_arg
 from pipeline.api.sources import SessionSources
 from pipeline.api.viewer.auth import COOKIE, COOKIE_PATH, cookie_valid, cookie_value
 from pipeline.api.viewer.model import session_view
@@ -104,8 +104,7 @@ def register(app: Flask, settings: Settings, stores: Stores, sources: SessionSou
 
     @app.get("/viewer/api/tasks")
     def viewer_tasks() -> Response:
-        raw = request.args.get("limit", "50")
-        limit = min(max(int(raw), 1), 200) if raw.isdigit() else 50
+        limit = count_arg(request.args, "limit", 50, 200)
         rows = []
         for task_id in stores.tasks.recent(limit):
             try:
