@@ -58,13 +58,17 @@ def test_one_scrape_sums_every_worker_process(fake_stack):
     folder, = glob.glob(os.path.join(tempfile.gettempdir(), f"polar-proxy-metrics-{master}-*"))
     wait_for(lambda: len(workers_of(master)) == 2, timeout=30)  # gunicorn starts them one after another
 
-    def counted(at_least: float):
+    def counted(at_least: float, per_provider: int = 0):
         def check():
             res = scrape(fake_stack, Authorization=f"Bearer {token}")  # as Prometheus sends it
             assert res.status_code == 200
             m = metric_samples(res.text)
             total = sum(v for (name, _), v in m.items() if name == "polar_proxy_calls_total")
-            return m if total >= at_least else None
+            # Each worker flushes its tallies on its own clock: the total can reach its mark on
+            # another test's late tallies before this test's last call of one provider lands.
+            mine = all(m.get(("polar_proxy_calls_total", (("provider", p), ("status", "200"))), 0) >= per_provider
+                       for p in ("openai_chat", "anthropic"))
+            return m if total >= at_least and mine else None
         return check
 
     before = sum(calls_per_process(folder).values())  # other tests may share this stack's proxy
@@ -78,7 +82,7 @@ def test_one_scrape_sums_every_worker_process(fake_stack):
     assert not any(glob.glob(os.path.join(folder, f"gauge_livesum_{pid}.db")) for pid in first)  # child_exit
 
     make_calls(fake_stack, key)
-    m = wait_for(counted(before + 2 * BATCH), timeout=20, interval=0.3)
+    m = wait_for(counted(before + 2 * BATCH, per_provider=BATCH), timeout=20, interval=0.3)
     per_process = calls_per_process(folder)
     assert len([n for n in per_process.values() if n > 0]) >= 2, per_process  # stopped worker + a live one
     assert sum(per_process.values()) == sum(v for (name, _), v in m.items() if name == "polar_proxy_calls_total")
