@@ -79,7 +79,8 @@ class ResultsStream:
         entry appended, the marker set); its reply goes to ``published``. ``data``: ``result``'s
         blob in this stream's layout when the caller has it already."""
         script = lua.RESULTS_PUBLISH_ONCE
-        fields = {"data": data if data is not None else encode_result(result, self.layout), "session_id": result.session_id, "task_id": result.task_id,
+        blob = data if data is not None else encode_result(result, self.layout)
+        fields = {"data": blob, "session_id": result.session_id, "task_id": result.task_id,
                   "schema_version": str(result.schema_version), "blob_version": str(LAYOUTS[self.layout])}
         lua.queue(pipe, script, [keys.session_published(result.session_id), self.stream, keys.SESSION_METRICS],
                   [self.marker_ttl, _PENDING, result.status.value, *(x for kv in fields.items() for x in kv)])

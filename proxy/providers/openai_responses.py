@@ -43,7 +43,6 @@ _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please a
 
 def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     body = require_object(body)
-    opt_bool(body, "stream")
     # Asked for, these change what the caller gets back: refused rather than quietly ignored.
     if body.get("background"):
         raise UnsupportedFeature("background responses are not supported: each call is answered as it runs",
@@ -81,7 +80,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]
         chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none"}
-    fmt = text_format(body)
+    fmt = _text_format(body)
     if fmt["type"] == "json_schema":
         chat["response_format"] = {"type": "json_schema", "json_schema": {
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
@@ -94,10 +93,11 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
         "store": body.get("store", True) is not False,
         "encrypt_reasoning": "reasoning.encrypted_content" in include,
         "previous_response_id": body.get("previous_response_id"),
+        "text_format": fmt,
     }
 
 
-def text_format(body: dict[str, Any]) -> dict[str, Any]:
+def _text_format(body: dict[str, Any]) -> dict[str, Any]:
     """``text.format``: text (the default), json_object or json_schema."""
     text = body.get("text")
     if text is None:
@@ -326,8 +326,8 @@ class OpenAIResponses(ProviderBase):
         extra["echo"] = {k: body.get(k) for k in ("instructions", "tools", "tool_choice", "parallel_tool_calls",
                                                  "previous_response_id", "reasoning", "temperature", "top_p",
                                                  "max_output_tokens", "metadata")}
-        extra["echo"]["text"] = {"format": text_format(body)}
-        return Parsed(chat=chat, stream=body.get("stream") is True, model=body.get("model"), extra=extra)
+        extra["echo"]["text"] = {"format": extra["text_format"]}
+        return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"), extra=extra)
 
     def shell(self, parsed: Parsed, status: str) -> dict[str, Any]:
         """The response object without output: what ``response.created`` announces."""
@@ -340,7 +340,7 @@ class OpenAIResponses(ProviderBase):
                 "previous_response_id": echo["previous_response_id"], "reasoning": echo["reasoning"],
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
-                "store": parsed.extra["store"], "text": echo.get("text") or {"format": {"type": "text"}},
+                "store": parsed.extra["store"], "text": echo["text"],
                 "truncation": "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
