@@ -147,11 +147,34 @@ async function sessionPage(sessionId, traceIndex) {
 
 // --- timeline -------------------------------------------------------------------------------
 
-function timeline(tl, openTrace) {
+// Where a moment of the session sits on the lanes, in percent. Linear between the stages'
+// boundaries, but every stretch between two boundaries gets at least MIN_SHARE of the lane: a 3 ms
+// INIT beside a 30 s RUN would otherwise be a sliver no one can see or hover. Model calls go
+// through the same map, so they stay inside the stage they happened in.
+const MIN_SHARE = 0.025;
+
+function laneScale(tl) {
   const span = Math.max(tl.end || 0, 1e-3);
+  const knots = [...new Set([0, span, ...tl.stages.flatMap((st) => [st.start, st.end])])]
+    .filter((t) => t >= 0 && t <= span).sort((a, b) => a - b);
+  const at = [0];  // display position of each knot
+  for (let i = 1; i < knots.length; i++) at.push(at[i - 1] + Math.max(knots[i] - knots[i - 1], MIN_SHARE * span));
+  const total = at[at.length - 1];
+  return (t) => {
+    const c = Math.min(Math.max(t, 0), span);
+    let i = 1;
+    while (i < knots.length - 1 && knots[i] < c) i++;
+    const [a, b] = [knots[i - 1], knots[i]];
+    const f = b > a ? (c - a) / (b - a) : 0;
+    return (100 * (at[i - 1] + f * (at[i] - at[i - 1]))) / total;
+  };
+}
+
+function timeline(tl, openTrace) {
+  const x = laneScale(tl);
   const place = (node, a, b) => {
-    node.style.left = `${(100 * a) / span}%`;  // CSSOM, not a style attribute: allowed by the CSP
-    node.style.width = `${(100 * Math.max(b - a, 0)) / span}%`;
+    node.style.left = `${x(a)}%`;  // CSSOM, not a style attribute: allowed by the CSP
+    node.style.width = `${Math.max(x(b) - x(a), 0)}%`;
     return node;
   };
   const lane = (label, id, items) => el("div", {class: "lane", id},
@@ -170,7 +193,9 @@ function timeline(tl, openTrace) {
   return el("div", {class: "timeline", id: "timeline"},
     lane("stages", "lane-stages", bars), lane(`model calls (${tl.calls.length})`, "lane-calls", calls),
     tl.errors.length ? lane(`failed calls (${tl.errors.length})`, "lane-errors", failed) : null,
-    el("div", {class: "axis"}, el("span", {text: "0 s"}), el("span", {text: `${fmt(tl.end, 2)} s`})));
+    el("div", {class: "axis"}, el("span", {text: "0 s"}),
+      el("span", {text: "short stages are widened to be seen; hover a bar for its times"}),
+      el("span", {text: `${fmt(tl.end, 2)} s`})));
 }
 
 function stageKey(tl) {
