@@ -194,7 +194,7 @@ function timeline(tl, openTrace) {
     lane("stages", "lane-stages", bars), lane(`model calls (${tl.calls.length})`, "lane-calls", calls),
     tl.errors.length ? lane(`failed calls (${tl.errors.length})`, "lane-errors", failed) : null,
     el("div", {class: "axis"}, el("span", {text: "0 s"}),
-      el("span", {text: "short stages are widened to be seen; hover a bar for its times"}),
+      el("span", {text: "short stages and the waits between them are widened to be seen; hover a bar for its times"}),
       el("span", {text: `${fmt(tl.end, 2)} s`})));
 }
 
