@@ -26,6 +26,7 @@ from proxy.providers.base import (
     opt_bool,
     opt_int,
     opt_number,
+    require_model,
     require_object,
     root_generate,
     shared_models_route,
@@ -43,10 +44,11 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 
 def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     body = require_object(body)
+    model = require_model(body, "model: Field required")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: at least one message is required", param="messages")
-    chat: dict[str, Any] = {"model": body.get("model"), "messages": _system(body.get("system"))}
+    chat: dict[str, Any] = {"model": model, "messages": _system(body.get("system"))}
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
             raise BadRequest(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
@@ -81,7 +83,8 @@ def _system(system: Any) -> list[dict[str, Any]]:
         return []
     if isinstance(system, str):
         return [{"role": "system", "content": system}]
-    if isinstance(system, list) and all(isinstance(b, dict) and b.get("type", "text") == "text" for b in system):
+    if isinstance(system, list) and all(isinstance(b, dict) and b.get("type", "text") == "text"
+                                        and isinstance(b.get("text", ""), str) for b in system):
         return [{"role": "system", "content": "\n".join(b.get("text", "") for b in system)}]
     raise BadRequest("system: must be a string or a list of text blocks", param="system")
 
@@ -103,10 +106,17 @@ def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
     raise UnsupportedFeature(f"{where}: image source {src.get('type')!r} is not supported", param=where)
 
 
+def _string(block: dict[str, Any], key: str, where: str) -> str:
+    value = block.get(key, "")
+    if not isinstance(value, str):
+        raise BadRequest(f"{where}.{key}: Input should be a valid string", param=f"{where}.{key}")
+    return value
+
+
 def _user_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
     kind = block.get("type")
     if kind == "text":
-        return {"type": "text", "text": block.get("text", "")}
+        return {"type": "text", "text": _string(block, "text", where)}
     if kind == "image":
         return _image_part(block, where)
     if kind == "document" and (block.get("source") or {}).get("type") == "text":
@@ -158,12 +168,12 @@ def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str,
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
     text, reasoning, calls = [], [], []
-    for b in blocks:
+    for j, b in enumerate(blocks):
         kind = b.get("type")
         if kind == "text":
-            text.append(b.get("text", ""))
+            text.append(_string(b, "text", f"{where}.content.{j}"))
         elif kind == "thinking":
-            reasoning.append(b.get("thinking", ""))
+            reasoning.append(_string(b, "thinking", f"{where}.content.{j}"))
         elif kind == "tool_use":
             if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                 raise BadRequest(f"{where}: tool_use blocks need 'id' and 'name'", param=where)

@@ -276,6 +276,17 @@ def require_object(body: Any) -> dict[str, Any]:
     return body
 
 
+def require_model(body: dict[str, Any], missing: str) -> str:
+    """The model the caller names: required by every vendor whose path does not name it. The
+    proxy answers with the policy whatever the name, but a nameless call is a broken client."""
+    model = body.get("model")
+    if model is None:
+        raise BadRequest(missing, param="model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' must be a non-empty string", param="model")
+    return model
+
+
 def opt_int(body: dict[str, Any], key: str, *, minimum: int = 0, param: str | None = None) -> int | None:
     value = body.get(key)
     if value is None:

@@ -115,9 +115,9 @@ def _system(instruction: Any) -> list[dict[str, Any]]:
         return []
     if isinstance(instruction, str):
         return [{"role": "system", "content": instruction}]
-    if isinstance(instruction, dict) and isinstance(instruction.get("parts"), list):
-        return [{"role": "system", "content": "\n".join(p.get("text", "") for p in instruction["parts"]
-                                                         if isinstance(p, dict))}]
+    parts = instruction.get("parts") if isinstance(instruction, dict) else None
+    if isinstance(parts, list) and all(isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in parts):
+        return [{"role": "system", "content": "\n".join(p.get("text", "") for p in parts)}]
     raise BadRequest("systemInstruction must be a Content object", param="systemInstruction")
 
 

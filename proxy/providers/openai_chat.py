@@ -23,6 +23,7 @@ from proxy.providers.base import (
     new_id,
     openai_error,
     opt_int,
+    require_model,
     require_object,
     root_generate,
     shared_models_route,
@@ -45,6 +46,7 @@ _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 def normalize(body: Any) -> dict[str, Any]:
     """Validate a Chat Completions request and return the engine (non-streaming) request."""
     body = require_object(body)
+    model = require_model(body, "you must provide a model parameter")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array", param="messages")
@@ -62,7 +64,7 @@ def normalize(body: Any) -> dict[str, Any]:
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of objects", param="tools")
-    out: dict[str, Any] = {"model": body.get("model"), "messages": out_messages}
+    out: dict[str, Any] = {"model": model, "messages": out_messages}
     for key in _FORWARD:
         if key in body and body[key] is not None:
             out[key] = body[key]

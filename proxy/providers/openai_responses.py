@@ -28,6 +28,7 @@ from proxy.providers.base import (
     opt_bool,
     opt_int,
     opt_number,
+    require_model,
     require_object,
     root_generate,
     text_of,
@@ -50,6 +51,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
     if body.get("conversation") is not None:
         raise UnsupportedFeature("conversation objects are not supported: chain calls with previous_response_id",
                                  param="conversation")
+    model = require_model(body, "Missing required parameter: 'model'.")
     raw = body.get("input")
     if isinstance(raw, str):
         items: list[Any] = [{"type": "message", "role": "user", "content": raw}]
@@ -64,7 +66,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
     messages += history or []
     start = len(messages)
     messages += _items(items)
-    chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    chat: dict[str, Any] = {"model": model, "messages": messages}
     if opt_int(body, "max_output_tokens", minimum=1) is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     for key in ("temperature", "top_p"):
@@ -154,6 +156,9 @@ def _items(items: list[Any]) -> list[dict[str, Any]]:
                 raise BadRequest(f"{where}.call_id is required", param=f"{where}.call_id")
             open_assistant = None
             output = item.get("output")
+            if output is not None and not isinstance(output, (str, list)):
+                raise BadRequest(f"{where}.output must be a string or an array of content parts",
+                                 param=f"{where}.output")
             out.append({"role": "tool", "tool_call_id": item["call_id"],
                         "content": output if isinstance(output, str) else text_of(output or [])})
         elif kind == "reasoning":
@@ -194,12 +199,15 @@ def _reasoning_text(item: dict[str, Any]) -> str:
     enc = item.get("encrypted_content")
     if isinstance(enc, str) and enc:
         try:
-            return json.loads(base64.b64decode(enc))["reasoning"]
+            text = json.loads(base64.b64decode(enc))["reasoning"]
+            if isinstance(text, str):
+                return text
         except (ValueError, KeyError, TypeError):
             pass  # another provider's blob: fall back to the visible text
-    content = item.get("content") or []
+    # Reasoning is context, not instructions: a malformed content or summary is read as empty.
+    content, summary = (v if isinstance(v, list) else [] for v in (item.get("content"), item.get("summary")))
     text = text_of(c for c in content if isinstance(c, dict) and c.get("type") == "reasoning_text")
-    return text or text_of(item.get("summary") or [])
+    return text or text_of(summary)
 
 
 def encrypt_reasoning(text: str) -> str:

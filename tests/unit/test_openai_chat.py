@@ -47,11 +47,14 @@ def test_normalize_renames_and_drops_platform_fields():
 
 
 def test_empty_tools_are_dropped_with_tool_choice():
-    out = normalize({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})
+    out = normalize({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})
     assert "tools" not in out and "tool_choice" not in out
 
 
 @pytest.mark.parametrize("body, param", [
+    ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+    ({"model": 7, "messages": [{"role": "user", "content": "x"}]}, "model"),
+    ({"model": "", "messages": [{"role": "user", "content": "x"}]}, "model"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"content": "no role"}]}, "messages[0].role"),
@@ -62,6 +65,7 @@ def test_empty_tools_are_dropped_with_tool_choice():
     ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 99}, "top_logprobs"),
 ])
 def test_bad_requests_name_the_parameter(body, param):
+    body = {"model": "m", **body} if param != "model" else body
     with pytest.raises(BadRequest) as info:
         normalize(body)
     assert info.value.param == param and info.value.status == 400
@@ -80,7 +84,7 @@ def test_response_parses_with_the_sdk_and_hides_capture_fields():
 
 
 def test_logprobs_and_reasoning_are_returned():
-    req = {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 0}
+    req = {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 0}
     _, _, resp = render(req, upstream("ab", reasoning="think"))
     parsed = ChatCompletion.model_validate(resp)
     assert [c.logprob for c in parsed.choices[0].logprobs.content] == [-0.5, -0.25]
@@ -124,7 +128,7 @@ def test_synthetic_stream_accumulates_to_the_same_message(content, calls, includ
 
 
 def test_mid_stream_error_is_a_data_error_then_done():
-    parsed = CHAT.parse({"messages": [{"role": "user", "content": "x"}], "stream": True})
+    parsed = CHAT.parse({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True})
     writer = CHAT.stream(parsed)
     events = parse_sse(b"".join(writer.head() + writer.error(UpstreamError("engine died"))))
     assert json.loads(events[-2][1])["error"]["message"] == "engine died"
