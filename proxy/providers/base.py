@@ -296,6 +296,21 @@ def opt_int(body: dict[str, Any], key: str, *, minimum: int = 0, param: str | No
     return value
 
 
+def top_logprobs(body: dict[str, Any], key: str, *, param: str | None = None) -> int:
+    """How many alternatives per sampled token the caller asks for: 0 to 20, as every vendor caps it."""
+    top = opt_int(body, key, param=param)
+    if top is not None and top > 20:
+        raise BadRequest(f"'{param or key}' must be an integer between 0 and 20", param=param or key)
+    return top or 0
+
+
+def logprob_entries(turn: Turn, top: int) -> list[dict[str, Any]]:
+    """The engine's logprob of every sampled token (reasoning and tool-call tokens included, as
+    vLLM's own chat logprobs are), each with at most ``top`` alternatives; OpenAI's entry shape."""
+    return [{"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
+             "top_logprobs": (e.get("top_logprobs") or [])[:top]} for e in turn.logprobs or ()]
+
+
 def opt_bool(body: dict[str, Any], key: str, *, param: str | None = None) -> bool | None:
     value = body.get(key)
     if value is not None and not isinstance(value, bool):

@@ -26,7 +26,9 @@ from proxy.providers.base import (
     assistant_history_message,
     data_url,
     function_tool,
+    logprob_entries,
     new_id,
+    opt_bool,
     opt_int,
     opt_number,
     require_object,
@@ -34,6 +36,7 @@ from proxy.providers.base import (
     shared_models_route,
     signature_for,
     stop_list,
+    top_logprobs,
 )
 from proxy.sse import data_event
 
@@ -107,7 +110,21 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if tools:
         chat["tools"] = tools
         chat.update(_tool_config(body.get("toolConfig"), chat))
-    return chat, {"include_thoughts": bool(thinking.get("includeThoughts"))}
+    logprobs = opt_bool(cfg, "responseLogprobs", param="generationConfig.responseLogprobs") is True
+    top = top_logprobs(cfg, "logprobs", param="generationConfig.logprobs")
+    return chat, {"include_thoughts": bool(thinking.get("includeThoughts")), "logprobs": logprobs, "top": top}
+
+
+def logprobs_result(turn: Turn, top: int) -> dict[str, Any]:
+    """Gemini's ``logprobsResult``: the chosen token and the ``top`` alternatives at every step."""
+    entries = logprob_entries(turn, top)
+    result: dict[str, Any] = {
+        "chosenCandidates": [{"token": e["token"], "logProbability": e["logprob"]} for e in entries],
+        "logProbabilitySum": sum(e["logprob"] or 0.0 for e in entries)}
+    if top:
+        result["topCandidates"] = [{"candidates": [{"token": a.get("token"), "logProbability": a.get("logprob")}
+                                                   for a in e["top_logprobs"]]} for e in entries]
+    return result
 
 
 def _system(instruction: Any) -> list[dict[str, Any]]:
@@ -305,13 +322,18 @@ class Google(ProviderBase):
         chat, extra = to_chat(body, path_model)
         extra["sse"] = sse
         extra["response_id"] = new_id("resp")
-        return Parsed(chat=chat, stream=stream, model=path_model, extra=extra)
+        return Parsed(chat=chat, stream=stream, model=path_model, top_logprobs=extra["top"], extra=extra)
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
         usage = {"promptTokenCount": turn.prompt_tokens, "candidatesTokenCount": turn.completion_tokens,
                  "totalTokenCount": turn.total_tokens}
-        return {"candidates": [{"content": {"role": "model", "parts": parts(turn, parsed.extra["include_thoughts"])},
-                                "finishReason": finish_reason(turn), "index": 0}],
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts(turn, parsed.extra["include_thoughts"])},
+                                     "finishReason": finish_reason(turn), "index": 0}
+        if parsed.extra["logprobs"]:
+            candidate["logprobsResult"] = result = logprobs_result(turn, parsed.extra["top"])
+            chosen = result["chosenCandidates"]
+            candidate["avgLogprobs"] = result["logProbabilitySum"] / len(chosen) if chosen else 0.0
+        return {"candidates": [candidate],
                 "usageMetadata": usage, "modelVersion": parsed.model, "responseId": parsed.extra["response_id"]}
 
     def stream(self, parsed: Parsed) -> "GoogleStream":

@@ -20,6 +20,7 @@ from proxy.providers.base import (
     Route,
     Turn,
     assistant_message,
+    logprob_entries,
     new_id,
     openai_error,
     opt_int,
@@ -27,6 +28,7 @@ from proxy.providers.base import (
     require_object,
     root_generate,
     shared_models_route,
+    top_logprobs,
 )
 from proxy.sse import data_event, done_event
 
@@ -76,9 +78,7 @@ def normalize(body: Any) -> dict[str, Any]:
     max_tokens = opt_int(body, key, minimum=1, param="max_tokens")
     if max_tokens is not None:
         out["max_tokens"] = max_tokens
-    top = opt_int(body, "top_logprobs", param="top_logprobs")
-    if top is not None and top > 20:
-        raise BadRequest("'top_logprobs' must be an integer between 0 and 20", param="top_logprobs")
+    top_logprobs(body, "top_logprobs")
     return out
 
 
@@ -107,7 +107,7 @@ class OpenAIChat(ProviderBase):
         chat = normalize(body)
         opts = body.get("stream_options")
         return Parsed(chat=chat, stream=bool(body.get("stream")), model=body.get("model"),
-                      top_logprobs=int(body.get("top_logprobs") or 0), extra={
+                      top_logprobs=top_logprobs(body, "top_logprobs"), extra={
             "logprobs": bool(body.get("logprobs")),
             "include_usage": isinstance(opts, dict) and bool(opts.get("include_usage")),
         })
@@ -132,10 +132,7 @@ class OpenAIChat(ProviderBase):
 def _logprobs(turn: Turn, parsed: Parsed) -> dict[str, Any] | None:
     if not parsed.extra.get("logprobs") or turn.logprobs is None:
         return None
-    top = parsed.top_logprobs
-    return {"content": [{"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
-                         "top_logprobs": (e.get("top_logprobs") or [])[:top]} for e in turn.logprobs],
-            "refusal": None}
+    return {"content": logprob_entries(turn, parsed.top_logprobs), "refusal": None}
 
 
 class ChatStream:

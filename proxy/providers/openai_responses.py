@@ -23,6 +23,7 @@ from proxy.providers.base import (
     Route,
     Turn,
     function_tool,
+    logprob_entries,
     new_id,
     openai_error,
     opt_bool,
@@ -32,6 +33,7 @@ from proxy.providers.base import (
     require_object,
     root_generate,
     text_of,
+    top_logprobs,
 )
 from proxy.sse import named_event
 
@@ -39,6 +41,7 @@ NAME = "openai_responses"
 _PATHS = ("/v1/responses", "/responses")
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+_LOGPROBS = "message.output_text.logprobs"  # the include that asks for them
 _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
@@ -88,12 +91,17 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
     elif fmt["type"] == "json_object":
         chat["response_format"] = {"type": "json_object"}
-    include = body.get("include") or []
+    include = body.get("include")
+    if include is None:
+        include = []
+    elif not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+        raise BadRequest("'include' must be an array of strings", param="include")
     return chat, {
         "namespaces": namespaces, "customs": sorted(customs), "own_messages_from": start,
         "instructions": instructions if isinstance(instructions, str) else None,
         "store": body.get("store", True) is not False,
         "encrypt_reasoning": "reasoning.encrypted_content" in include,
+        "logprobs": _LOGPROBS in include,
         "previous_response_id": body.get("previous_response_id"),
         "text_format": fmt,
     }
@@ -261,7 +269,8 @@ def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
     if turn.content or not (turn.tool_calls or turn.reasoning):
         items.append({"type": "message", "id": new_id("msg"), "status": "completed", "role": "assistant",
                       "content": [{"type": "output_text", "text": turn.content or "", "annotations": [],
-                                   "logprobs": []}]})
+                                   "logprobs": logprob_entries(turn, parsed.top_logprobs)
+                                   if parsed.extra.get("logprobs") else []}]})
     for c in turn.tool_calls:
         if c.name in parsed.extra.get("customs", ()):
             items.append({"type": "custom_tool_call", "id": new_id("ctc"), "call_id": c.id, "name": c.name,
@@ -335,7 +344,8 @@ class OpenAIResponses(ProviderBase):
                                                  "previous_response_id", "reasoning", "temperature", "top_p",
                                                  "max_output_tokens", "metadata")}
         extra["echo"]["text"] = {"format": extra["text_format"]}
-        return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"), extra=extra)
+        return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"),
+                      top_logprobs=top_logprobs(body, "top_logprobs"), extra=extra)
 
     def shell(self, parsed: Parsed, status: str) -> dict[str, Any]:
         """The response object without output: what ``response.created`` announces."""
@@ -348,7 +358,7 @@ class OpenAIResponses(ProviderBase):
                 "previous_response_id": echo["previous_response_id"], "reasoning": echo["reasoning"],
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
-                "store": parsed.extra["store"], "text": echo["text"],
+                "store": parsed.extra["store"], "text": echo["text"], "top_logprobs": parsed.top_logprobs,
                 "truncation": "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
@@ -404,15 +414,15 @@ class ResponsesStream:
         ev = self._ev
         kind = item["type"]
         if kind == "message":
-            text = item["content"][0]["text"]
+            text, logprobs = item["content"][0]["text"], item["content"][0]["logprobs"]
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             common = {"item_id": item["id"], "output_index": i, "content_index": 0}
             return [ev("response.output_item.added", output_index=i,
                        item={**item, "status": "in_progress", "content": []}),
                     ev("response.content_part.added", **common, part=part),
-                    ev("response.output_text.delta", **common, delta=text, logprobs=[]),
-                    ev("response.output_text.done", **common, text=text, logprobs=[]),
-                    ev("response.content_part.done", **common, part={**part, "text": text}),
+                    ev("response.output_text.delta", **common, delta=text, logprobs=logprobs),
+                    ev("response.output_text.done", **common, text=text, logprobs=logprobs),
+                    ev("response.content_part.done", **common, part=item["content"][0]),
                     ev("response.output_item.done", output_index=i, item=item)]
         if kind == "function_call":
             return [ev("response.output_item.added", output_index=i,

@@ -154,6 +154,8 @@ def test_responses_output_items_validate_with_the_sdk():
     ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, UnsupportedFeature),
     ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, BadRequest),
     ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, UnsupportedFeature),
+    ({"model": "m", "input": "x", "include": "message.output_text.logprobs"}, BadRequest),
+    ({"model": "m", "input": "x", "top_logprobs": 21}, BadRequest),
 ])
 def test_responses_bad_requests(body, error):
     with pytest.raises(error):
@@ -212,6 +214,8 @@ def test_gemini_response_validates_with_the_sdk():
     {"contents": [{"role": "robot", "parts": [{"text": "x"}]}]},
     {"contents": [{"parts": [{"executableCode": {"code": "1"}}]}]},
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"candidateCount": 2}},
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": "yes"}},
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": True, "logprobs": 21}},
 ])
 def test_gemini_bad_requests(body):
     with pytest.raises(BadRequest):

@@ -46,7 +46,8 @@ RICH = {
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c", "output": "r"}],
         "tools": [{"type": "function", "name": "f", "parameters": {}}],
-        "text": {"format": {"type": "text"}}, "reasoning": {"effort": "low"}},
+        "text": {"format": {"type": "text"}}, "reasoning": {"effort": "low"},
+        "include": ["message.output_text.logprobs"], "top_logprobs": 2},
     "google": {
         "contents": [
             {"role": "user", "parts": [{"text": "hi"}]},
@@ -55,7 +56,8 @@ RICH = {
         "systemInstruction": {"parts": [{"text": "s"}]},
         "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "object"}}]}],
         "generationConfig": {"maxOutputTokens": 5, "temperature": 0.1, "stopSequences": ["x"],
-                             "thinkingConfig": {"thinkingBudget": 10, "includeThoughts": True}}},
+                             "thinkingConfig": {"thinkingBudget": 10, "includeThoughts": True},
+                             "responseLogprobs": True, "logprobs": 2}},
 }
 CONTEXT: dict[str, dict[str, Any]] = {"google": {"path_model": "m"}}
 WRONG = [None, 0, -3, 1.5, "s", True, [], [1], [None], {}, {"a": 1}, [{"x": 1}]]
