@@ -150,6 +150,21 @@ def validate_tools(body: dict):
     return tools, choice
 
 
+# Content parts only a multimodal model reads. The tiny model is text-only, and vLLM refuses these
+# for a text-only model (400) rather than rendering the prompt without them, so must we: a prompt
+# silently missing its screenshot would be recorded as what the policy saw.
+MEDIA_PARTS = frozenset({"image_url", "image", "image_embeds", "input_image", "input_audio", "audio_url",
+                         "video_url", "video", "file"})
+
+
+def refuse_media(content, i: int) -> None:
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in MEDIA_PARTS:
+            raise APIError(f"this model is not a multimodal model: messages[{i}].content[{j}] is an "
+                           f"'{kind}' part, which only a multimodal model can read")
+
+
 def render_args(body: dict) -> dict:
     """Validated chat-template inputs shared by /v1/chat/completions and /tokenize."""
     messages = body.get("messages")
@@ -158,6 +173,7 @@ def render_args(body: dict) -> dict:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise APIError(f"'messages[{i}]' must be an object with a string 'role'")
+        refuse_media(m.get("content"), i)
     tools, _ = validate_tools(body)
     add_gen = get_bool(body, "add_generation_prompt", True)
     cont = get_bool(body, "continue_final_message", False)
