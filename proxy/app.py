@@ -74,11 +74,12 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         if route.kind in ("models", "model"):
             return _models(gw, provider, route)
         key = presented_key(key, request.headers, request.args)
-        if route.kind == "stored":
+        if route.kind in ("stored", "delete_stored"):
             return _json(provider.stored(route, gw.scope(gw.gate.check(key))))
         if route.kind == "count_tokens":
-            gw.gate.check(key)
-            chat = provider.count_tokens_chat(body if body is not None else json_body(request), route)
+            scope = gw.scope(gw.gate.check(key))
+            body = body if body is not None else json_body(request)
+            chat = provider.count_tokens_chat(body, route, **provider.context(body, scope))
             return _json(provider.count_tokens_response(gw.count_tokens(chat)))
         return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 

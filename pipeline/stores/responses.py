@@ -22,6 +22,9 @@ class ResponseStore:
         pipe.expire(key, self.ttl)
         pipe.execute()
 
+    def delete(self, session_id: str, response_id: str) -> bool:
+        return bool(self._r.hdel(keys.session_responses(session_id), response_id))
+
     def load(self, session_id: str, response_id: str) -> dict[str, Any] | None:
         raw = self._r.hget(keys.session_responses(session_id), response_id)
         return unpack(codec.blob(raw)) if raw else None

@@ -279,7 +279,7 @@ class Anthropic(ProviderBase):
         return {"type": "model", "id": card["id"], "display_name": card["id"], "created_at": "1970-01-01T00:00:00Z",
                 "max_input_tokens": card.get("max_model_len")}
 
-    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+    def count_tokens_chat(self, body: Any, route: Route, **context: Any) -> dict[str, Any]:
         return to_chat(body, need_max_tokens=False)[0]
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:

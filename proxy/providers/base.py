@@ -35,7 +35,7 @@ class Headers(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """Where a request goes: ``kind`` is generate | count_tokens | models | model | stored."""
+    """Where a request goes: ``kind`` is generate | count_tokens | models | model | stored | delete_stored."""
 
     kind: str
     provider: str
@@ -50,6 +50,8 @@ class ResponseState(Protocol):
     def save(self, session_id: str, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None: ...
 
     def load(self, session_id: str, response_id: str) -> dict[str, Any] | None: ...
+
+    def delete(self, session_id: str, response_id: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,8 @@ class Provider(Protocol):
 
     def model(self, card: dict[str, Any]) -> dict[str, Any]: ...
 
-    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
-        """The chat request whose prompt a count-tokens call measures."""
+    def count_tokens_chat(self, body: Any, route: Route, **context: Any) -> dict[str, Any]:
+        """The chat request whose prompt a count-tokens call measures (``context``: as for ``parse``)."""
 
     def count_tokens_response(self, count: int) -> dict[str, Any]: ...
 
@@ -228,7 +230,7 @@ class ProviderBase:
     def model(self, card: dict[str, Any]) -> dict[str, Any]:
         return dict(card)
 
-    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+    def count_tokens_chat(self, body: Any, route: Route, **context: Any) -> dict[str, Any]:
         raise UnsupportedEndpoint(f"{self.name} has no count-tokens endpoint")
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:

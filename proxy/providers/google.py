@@ -307,7 +307,7 @@ class Google(ProviderBase):
                 "inputTokenLimit": card.get("max_model_len"), "outputTokenLimit": card.get("max_model_len"),
                 "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
 
-    def count_tokens_chat(self, body: Any, route: Route) -> dict[str, Any]:
+    def count_tokens_chat(self, body: Any, route: Route, **context: Any) -> dict[str, Any]:
         return to_chat(body, route.model)[0]
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:

@@ -39,13 +39,17 @@ from proxy.providers.openai_responses_stream import ResponsesStream
 
 NAME = "openai_responses"
 _PATHS = ("/v1/responses", "/responses")
+_COUNT_PATHS = tuple(p + "/input_tokens" for p in _PATHS)
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 _LOGPROBS = "message.output_text.logprobs"  # the include that asks for them
 _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
-def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *,
+            counting: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``counting``: for ``/responses/input_tokens``, where the model is optional and
+    ``previous_response_id`` alone is a valid input."""
     body = require_object(body)
     # Asked for, these change what the caller gets back: refused rather than quietly ignored.
     if body.get("background"):
@@ -54,12 +58,15 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None) -> tuple[dic
     if body.get("conversation") is not None:
         raise UnsupportedFeature("conversation objects are not supported: chain calls with previous_response_id",
                                  param="conversation")
-    model = require_model(body, "Missing required parameter: 'model'.")
+    model = (require_model(body, "Missing required parameter: 'model'.")
+             if not counting or body.get("model") is not None else None)
     raw = body.get("input")
     if isinstance(raw, str):
         items: list[Any] = [{"type": "message", "role": "user", "content": raw}]
     elif isinstance(raw, list) and raw:
         items = raw
+    elif counting and raw in (None, []) and history:
+        items = []
     else:
         raise BadRequest("'input' must be a string or a non-empty array of items", param="input")
     instructions = body.get("instructions")
@@ -297,11 +304,13 @@ class OpenAIResponses(ProviderBase):
     def match(self, method: str, path: str) -> Route | None:
         if method == "POST" and path in _PATHS:
             return Route("generate", NAME)
-        if method == "GET":
+        if method == "POST" and path in _COUNT_PATHS:
+            return Route("count_tokens", NAME)
+        if method in ("GET", "DELETE"):
             for prefix in _PATHS:
                 rest = path[len(prefix) + 1:]
                 if path.startswith(prefix + "/") and rest and "/" not in rest:
-                    return Route("stored", NAME, item_id=rest)
+                    return Route("stored" if method == "GET" else "delete_stored", NAME, item_id=rest)
         return root_generate(method, path, NAME)
 
     def claims_body(self, body: Any) -> bool:
@@ -327,12 +336,21 @@ class OpenAIResponses(ProviderBase):
         if parsed.extra.get("store"):  # `store: false` keeps nothing
             scope.responses.save(scope.session_id, response, stored_conversation(parsed, sampled))
 
+    def count_tokens_chat(self, body: Any, route: Route, *, history: list[dict[str, Any]] | None = None,
+                          **context: Any) -> dict[str, Any]:
+        return to_chat(body, history, counting=True)[0]
+
+    def count_tokens_response(self, count: int) -> dict[str, Any]:
+        return {"object": "response.input_tokens", "input_tokens": count}
+
     def stored(self, route: Route, scope: ProviderScope) -> dict[str, Any]:
+        if route.kind == "delete_stored":
+            if not scope.responses.delete(scope.session_id, route.item_id or ""):
+                raise _not_found(route)
+            return {"id": route.item_id, "object": "response", "deleted": True}
         stored = scope.responses.load(scope.session_id, route.item_id or "")
         if stored is None:
-            err = NotFound(f"No response found with id '{route.item_id}'.")
-            err.code = "response_not_found"
-            raise err
+            raise _not_found(route)
         response: dict[str, Any] = stored["response"]
         return response
 
@@ -376,6 +394,12 @@ class OpenAIResponses(ProviderBase):
         if isinstance(err, ContextOverflow) and not err.prompt_fits:  # the Responses API's own wording
             body["error"].update(param="input", message=_INPUT_OVERFLOW)
         return body
+
+
+def _not_found(route: Route) -> NotFound:
+    err = NotFound(f"No response found with id '{route.item_id}'.")
+    err.code = "response_not_found"
+    return err
 
 
 def stored_conversation(parsed: Parsed, assistant: dict[str, Any]) -> list[dict[str, Any]]:
