@@ -60,6 +60,11 @@ def session_responses(sid: str) -> str:
     return f"{PREFIX}:sess:{{{sid}}}:responses"
 
 
+def session_response_items(sid: str) -> str:
+    """Input and output items of the stored Responses-API objects, by item id (proxy)."""
+    return f"{PREFIX}:sess:{{{sid}}}:response-items"
+
+
 # --- tasks -----------------------------------------------------------------------------------
 
 

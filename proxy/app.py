@@ -74,8 +74,8 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         if route.kind in ("models", "model"):
             return _models(gw, provider, route)
         key = presented_key(key, request.headers, request.args)
-        if route.kind in ("stored", "delete_stored"):
-            return _json(provider.stored(route, gw.scope(gw.gate.check(key))))
+        if route.kind in ("stored", "delete_stored", "input_items", "cancel_stored"):
+            return _json(provider.stored(route, gw.scope(gw.gate.check(key), request.args)))
         if route.kind == "count_tokens":
             scope = gw.scope(gw.gate.check(key))
             body = body if body is not None else json_body(request)

@@ -35,7 +35,8 @@ class Headers(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """Where a request goes: ``kind`` is generate | count_tokens | models | model | stored | delete_stored."""
+    """Where a request goes: ``kind`` is generate | count_tokens | models | model | stored |
+    delete_stored | input_items | cancel_stored."""
 
     kind: str
     provider: str
@@ -47,11 +48,15 @@ class Route:
 class ResponseState(Protocol):
     """Stored Responses-API objects of a session (``pipeline.stores.responses.ResponseStore``)."""
 
-    def save(self, session_id: str, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None: ...
+    def save(self, session_id: str, response: dict[str, Any], conversation: list[dict[str, Any]],
+             input_items: list[dict[str, Any]] | None = None,
+             items: Mapping[str, dict[str, Any]] | None = None) -> None: ...
 
     def load(self, session_id: str, response_id: str) -> dict[str, Any] | None: ...
 
     def delete(self, session_id: str, response_id: str) -> bool: ...
+
+    def items(self, session_id: str, item_ids: list[str]) -> dict[str, dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ hosted tools (web search, ...) cannot run on a local engine and are dropped.
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from typing import Any
 
 from proxy.errors import BadRequest, ContextOverflow, NotFound, ProxyError, UnsupportedFeature
+from proxy.providers import openai_responses_items as stored_items
 from proxy.providers.base import (
     Parsed,
     ProviderBase,
@@ -32,24 +31,26 @@ from proxy.providers.base import (
     require_model,
     require_object,
     root_generate,
-    text_of,
     top_logprobs,
 )
+from proxy.providers.openai_responses_items import encrypt_reasoning, to_messages
 from proxy.providers.openai_responses_stream import ResponsesStream
 
 NAME = "openai_responses"
 _PATHS = ("/v1/responses", "/responses")
 _COUNT_PATHS = tuple(p + "/input_tokens" for p in _PATHS)
-_TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+_STORED_ROUTES = {("GET", ""): "stored", ("DELETE", ""): "delete_stored", ("GET", "input_items"): "input_items",
+                  ("POST", "cancel"): "cancel_stored"}
 _LOGPROBS = "message.output_text.logprobs"  # the include that asks for them
 _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
-def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *,
-            counting: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting: bool = False,
+            referenced: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``counting``: for ``/responses/input_tokens``, where the model is optional and
-    ``previous_response_id`` alone is a valid input."""
+    ``previous_response_id`` alone is a valid input; ``referenced``: the stored items the
+    input's ``item_reference`` items name."""
     body = require_object(body)
     # Asked for, these change what the caller gets back: refused rather than quietly ignored.
     if body.get("background"):
@@ -60,13 +61,13 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *,
                                  param="conversation")
     model = (require_model(body, "Missing required parameter: 'model'.")
              if not counting or body.get("model") is not None else None)
-    raw = body.get("input")
+    raw = stored_items.resolve(body.get("input"), referenced or {})
     if isinstance(raw, str):
-        items: list[Any] = [{"type": "message", "role": "user", "content": raw}]
+        own: list[Any] = [{"type": "message", "role": "user", "content": raw}]
     elif isinstance(raw, list) and raw:
-        items = raw
+        own = raw
     elif counting and raw in (None, []) and history:
-        items = []
+        own = []
     else:
         raise BadRequest("'input' must be a string or a non-empty array of items", param="input")
     instructions = body.get("instructions")
@@ -75,7 +76,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *,
         messages.append({"role": "system", "content": instructions})
     messages += history or []
     start = len(messages)
-    messages += _items(items)
+    messages += to_messages(own)
     chat: dict[str, Any] = {"model": model, "messages": messages}
     if opt_int(body, "max_output_tokens", minimum=1) is not None:
         chat["max_tokens"] = body["max_output_tokens"]
@@ -111,6 +112,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *,
         "logprobs": _LOGPROBS in include,
         "previous_response_id": body.get("previous_response_id"),
         "text_format": fmt,
+        "input": own,  # listed by input_items once stored (ids given then, when it is)
     }
 
 
@@ -125,109 +127,6 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
         raise BadRequest("text.format.type must be text, json_object or json_schema", param="text.format")
     return fmt
-
-
-def _items(items: list[Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    open_assistant: dict[str, Any] | None = None  # output items of one turn merge into one message
-    reasoning: list[str] = []
-
-    def assistant() -> dict[str, Any]:
-        nonlocal open_assistant
-        if open_assistant is None:
-            open_assistant = {"role": "assistant", "content": None}
-            out.append(open_assistant)
-        if reasoning:
-            open_assistant["reasoning_content"] = "".join(reasoning)
-            reasoning.clear()
-        return open_assistant
-
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise BadRequest(f"{where} must be an object", param=where)
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise BadRequest(f"{where}.role must be user, assistant, system or developer", param=f"{where}.role")
-            if role == "assistant":
-                if open_assistant is not None and open_assistant["content"] is not None:
-                    open_assistant = None  # a second text message starts a new assistant turn
-                msg = assistant()
-                msg["content"] = _text(item.get("content"), where)
-                continue
-            open_assistant = None
-            out.append({"role": "system" if role == "developer" else role, "content": _parts(item.get("content"), where)})
-        elif kind in ("function_call", "custom_tool_call"):
-            if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-                raise BadRequest(f"{where} needs 'call_id' and 'name'", param=where)
-            args = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input", "")})
-            msg = assistant()
-            msg.setdefault("tool_calls", []).append(
-                {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args or "{}"}})
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            if not isinstance(item.get("call_id"), str):
-                raise BadRequest(f"{where}.call_id is required", param=f"{where}.call_id")
-            open_assistant = None
-            output = item.get("output")
-            if output is not None and not isinstance(output, (str, list)):
-                raise BadRequest(f"{where}.output must be a string or an array of content parts",
-                                 param=f"{where}.output")
-            out.append({"role": "tool", "tool_call_id": item["call_id"],
-                        "content": output if isinstance(output, str) else text_of(output or [])})
-        elif kind == "reasoning":
-            reasoning.append(_reasoning_text(item))
-        else:
-            raise UnsupportedFeature(f"{where}: input item type {kind!r} is not supported", param=f"{where}.type")
-    return out
-
-
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return text_of((p for p in content if isinstance(p, dict) and p.get("type") in _TEXT_PARTS),
-                       keys=("text", "refusal"))
-    raise BadRequest(f"{where}.content must be a string or an array", param=f"{where}.content")
-
-
-def _parts(content: Any, where: str) -> Any:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequest(f"{where}.content must be a string or an array", param=f"{where}.content")
-    parts = []
-    for j, p in enumerate(content):
-        kind = p.get("type") if isinstance(p, dict) else None
-        if kind in _TEXT_PARTS:
-            parts.append({"type": "text", "text": p.get("text", p.get("refusal", ""))})
-        elif kind == "input_image" and isinstance(p.get("image_url"), str):
-            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
-        else:
-            raise UnsupportedFeature(f"{where}.content[{j}]: part type {kind!r} is not supported",
-                                     param=f"{where}.content[{j}]")
-    return parts
-
-
-def _reasoning_text(item: dict[str, Any]) -> str:
-    enc = item.get("encrypted_content")
-    if isinstance(enc, str) and enc:
-        try:
-            text = json.loads(base64.b64decode(enc))["reasoning"]
-            if isinstance(text, str):
-                return text
-        except (ValueError, KeyError, TypeError):
-            pass  # another provider's blob: fall back to the visible text
-    # Reasoning is context, not instructions: a malformed content or summary is read as empty.
-    content, summary = (v if isinstance(v, list) else [] for v in (item.get("content"), item.get("summary")))
-    text = text_of(c for c in content if isinstance(c, dict) and c.get("type") == "reasoning_text")
-    return text or text_of(summary)
-
-
-def encrypt_reasoning(text: str) -> str:
-    """Opaque to the harness, readable by us: lets reasoning survive ``store: false``."""
-    return base64.b64encode(json.dumps({"reasoning": text}).encode()).decode()
 
 
 def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
@@ -306,11 +205,13 @@ class OpenAIResponses(ProviderBase):
             return Route("generate", NAME)
         if method == "POST" and path in _COUNT_PATHS:
             return Route("count_tokens", NAME)
-        if method in ("GET", "DELETE"):
-            for prefix in _PATHS:
-                rest = path[len(prefix) + 1:]
-                if path.startswith(prefix + "/") and rest and "/" not in rest:
-                    return Route("stored" if method == "GET" else "delete_stored", NAME, item_id=rest)
+        for prefix in _PATHS:
+            response_id, _, sub = path[len(prefix) + 1:].partition("/")
+            if not path.startswith(prefix + "/") or not response_id or "/" in sub:
+                continue
+            kind = _STORED_ROUTES.get((method, sub))
+            if kind:
+                return Route(kind, NAME, item_id=response_id)
         return root_generate(method, path, NAME)
 
     def claims_body(self, body: Any) -> bool:
@@ -321,29 +222,38 @@ class OpenAIResponses(ProviderBase):
 
     def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
         """The stored conversation a request continues (``previous_response_id``)."""
-        prev = body.get("previous_response_id") if isinstance(body, dict) else None
-        if prev is None:
+        if not isinstance(body, dict):
             return {}
+        context: dict[str, Any] = {}
+        ids = stored_items.references(body.get("input"))
+        if ids:  # a stored item replayed by its id
+            context["referenced"] = scope.responses.items(scope.session_id, ids)
+        prev = body.get("previous_response_id")
+        if prev is None:
+            return context
         stored = scope.responses.load(scope.session_id, str(prev))
         if stored is None:
             err = BadRequest(f"Previous response with id '{prev}' not found.", param="previous_response_id")
             err.code = "previous_response_not_found"
             raise err
-        return {"history": stored["conversation"]}
+        return {**context, "history": stored["conversation"]}
 
     def completed(self, parsed: Parsed, response: dict[str, Any], sampled: dict[str, Any],
                   scope: ProviderScope) -> None:
         if parsed.extra.get("store"):  # `store: false` keeps nothing
-            scope.responses.save(scope.session_id, response, stored_conversation(parsed, sampled))
+            own = stored_items.own_input(parsed.extra["input"])
+            scope.responses.save(scope.session_id, response, stored_conversation(parsed, sampled), own,
+                                 stored_items.indexed(own, response["output"]))
 
     def count_tokens_chat(self, body: Any, route: Route, *, history: list[dict[str, Any]] | None = None,
-                          **context: Any) -> dict[str, Any]:
-        return to_chat(body, history, counting=True)[0]
+                          referenced: dict[str, Any] | None = None, **context: Any) -> dict[str, Any]:
+        return to_chat(body, history, counting=True, referenced=referenced)[0]
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:
         return {"object": "response.input_tokens", "input_tokens": count}
 
     def stored(self, route: Route, scope: ProviderScope) -> dict[str, Any]:
+        """A stored response: retrieved, deleted, its input items listed, or (not) cancelled."""
         if route.kind == "delete_stored":
             if not scope.responses.delete(scope.session_id, route.item_id or ""):
                 raise _not_found(route)
@@ -351,11 +261,16 @@ class OpenAIResponses(ProviderBase):
         stored = scope.responses.load(scope.session_id, route.item_id or "")
         if stored is None:
             raise _not_found(route)
+        if route.kind == "input_items":
+            return stored_items.page(stored_items.context_items(stored, lambda rid: scope.responses.load(scope.session_id, rid)), scope.query)
+        if route.kind == "cancel_stored":  # nothing runs in the background here: every call is answered as it runs
+            raise BadRequest("Only responses created with background=true can be cancelled; this one has already finished.")
         response: dict[str, Any] = stored["response"]
         return response
 
-    def parse(self, body: Any, *, history: list[dict[str, Any]] | None = None, **context: Any) -> Parsed:
-        chat, extra = to_chat(body, history)
+    def parse(self, body: Any, *, history: list[dict[str, Any]] | None = None,
+              referenced: dict[str, Any] | None = None, **context: Any) -> Parsed:
+        chat, extra = to_chat(body, history, referenced=referenced)
         extra["response_id"] = new_id("resp")
         extra["created_at"] = int(time.time())
         extra["echo"] = {k: body.get(k) for k in ("instructions", "tools", "tool_choice", "parallel_tool_calls",

@@ -151,7 +151,8 @@ def test_responses_output_items_validate_with_the_sdk():
 
 @pytest.mark.parametrize("body, error", [
     ({"model": "m"}, BadRequest),
-    ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, UnsupportedFeature),
+    ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, BadRequest),  # names no stored item
+    ({"model": "m", "input": [{"type": "item_reference"}]}, BadRequest),
     ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, BadRequest),
     ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, UnsupportedFeature),
     ({"model": "m", "input": "x", "include": "message.output_text.logprobs"}, BadRequest),
