@@ -2,8 +2,9 @@
 # Bring the compose stack up for real on this host and run the demo task through it: images
 # built FROM the local debootstrap image (no registry), Redis and HAProxy from Debian's packages,
 # two proxies behind HAProxy, one worker per stage, the reference model; then tear it all down.
-# Not part of CI (minutes, not seconds). Needs podman, podman-compose (dev extras) and, with
-# podman's CNI network backend, the dnsname plugin (infra/images/install_host_runtimes.sh).
+# Run by tests/e2e/test_compose_stack.py (with an image tagged by the source tree). Needs podman,
+# podman-compose (dev extras) and, with podman's CNI network backend, the dnsname plugin
+# (infra/images/install_host_runtimes.sh).
 #
 #   infra/compose/smoke.sh [--build]     # --build: rebuild the images even if they exist
 set -euo pipefail
