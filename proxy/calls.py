@@ -164,14 +164,22 @@ def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any])
         parsed = provider.parse(body, path_model=route.model, stream=route.stream, **context)
     except ProxyError:
         raise
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
-        # A shape the translation did not anticipate is still the client's malformed input:
-        # answer 400 in its format (and log it, it may deserve a precise message).
-        log.warning("unexpected %s request shape: %r", provider.name, exc)
-        raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
+    except MALFORMED as exc:
+        raise malformed(provider, exc) from None
     if not parsed.chat.get("messages"):  # e.g. every message's content empty: nothing to answer
         raise BadRequest("the request holds no message with content to answer")
     return parsed
+
+
+# What a translation raises on a shape it did not anticipate: still the client's malformed input.
+MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def malformed(provider: Provider, exc: Exception) -> BadRequest:
+    """The 400 (in the caller's format) for a request shape a translation did not anticipate;
+    logged, as it may deserve a precise message."""
+    log.warning("unexpected %s request shape: %r", provider.name, exc)
+    return BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}")
 
 
 class Answer:

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipeline.errors import PolarError
 
 
@@ -25,6 +27,7 @@ class ProxyError(PolarError):
     status = 500
     type = "api_error"
     code: str | None = None
+    details: dict[str, Any] | None = None  # machine-readable detail a vendor's error carries (Anthropic's)
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)

@@ -3,8 +3,8 @@
 System prompts (string or blocks, and mid-conversation ``role: system`` messages), text and
 image blocks, ``tool_use``/``tool_result`` (ids preserved), ``thinking`` blocks (history ->
 ``reasoning_content``; output -> a thinking block with a synthesised signature), tool choice,
-stop sequences and prefill (a final assistant turn) are translated. Server tools (web search,
-...) cannot run on a local engine and are dropped from the tool list.
+stop sequences and prefill (a final assistant turn) are translated; tools in
+``anthropic_tools``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
+from proxy.providers.anthropic_tools import tool_choice, tools_of
 from proxy.providers.base import (
     Headers,
     Parsed,
@@ -21,7 +22,6 @@ from proxy.providers.base import (
     Turn,
     assistant_history_message,
     data_url,
-    function_tool,
     new_id,
     opt_bool,
     opt_int,
@@ -44,6 +44,14 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 
 def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     body = require_object(body)
+    if body.get("thread") is not None:
+        # Server-held threads (a beta) send only each turn's new messages. Refused with the code
+        # on which the SDK's tool runner sends the whole conversation without one: every call
+        # then carries the full prompt, as recording it needs.
+        err = UnsupportedFeature("message threads are not supported: send the full conversation without "
+                                 "`thread`", param="thread")
+        err.details = {"error_code": "thread_unsupported_request"}
+        raise err
     model = require_model(body, "model: Field required")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -63,15 +71,15 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     for src, dst in (("temperature", "temperature"), ("top_p", "top_p")):
         if opt_number(body, src) is not None:
             chat[dst] = body[src]
-    if opt_int(body, "top_k", minimum=1) is not None:
-        chat["top_k"] = body["top_k"]
+    if (top_k := opt_int(body, "top_k", minimum=1)) is not None:
+        chat["top_k"] = top_k
     stops = stop_list(body.get("stop_sequences"), "stop_sequences")
     if stops:
         chat["stop"] = stops
-    tools, dropped = _tools(body.get("tools"))
+    tools, dropped = tools_of(body.get("tools"))
     if tools:
         chat["tools"] = tools
-        chat.update(_tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
+        chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive", "disabled"):
         chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
@@ -182,44 +190,6 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
     return assistant_history_message(text, reasoning, calls)
 
 
-def _tools(tools: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    if tools is None:
-        return [], []
-    if not isinstance(tools, list):
-        raise BadRequest("tools: must be a list", param="tools")
-    out, dropped = [], []
-    for i, t in enumerate(tools):
-        if not isinstance(t, dict):
-            raise BadRequest(f"tools.{i}: must be an object", param=f"tools.{i}")
-        if t.get("type") not in (None, "custom") or "input_schema" not in t:
-            dropped.append(str(t.get("name") or t.get("type")))  # a server tool: runs at the vendor
-            continue
-        out.append(function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}.name"))
-    return out, dropped
-
-
-def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
-    if not isinstance(choice, dict):
-        return {}
-    out: dict[str, Any] = {}
-    kind = choice.get("type")
-    if kind == "auto":
-        out["tool_choice"] = "auto"
-    elif kind == "any":
-        out["tool_choice"] = "required"
-    elif kind == "none":
-        out["tool_choice"] = "none"
-    elif kind == "tool":
-        if choice.get("name") not in names:
-            raise BadRequest(f"tool_choice.name: no tool named {choice.get('name')!r}", param="tool_choice.name")
-        out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
-    else:
-        raise BadRequest("tool_choice.type: must be auto, any, tool or none", param="tool_choice.type")
-    if choice.get("disable_parallel_tool_use"):
-        out["parallel_tool_calls"] = False
-    return out
-
-
 def stop_reason(turn: Turn) -> tuple[str, str | None]:
     if turn.finish_reason == "tool_calls":
         return "tool_use", None
@@ -301,7 +271,10 @@ class Anthropic(ProviderBase):
 
     def error(self, err: ProxyError) -> dict[str, Any]:
         kind = _ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": error_message(err)}, "request_id": None}
+        error: dict[str, Any] = {"type": kind, "message": error_message(err)}
+        if err.details:
+            error["details"] = err.details
+        return {"type": "error", "error": error, "request_id": None}
 
 
 def error_message(err: ProxyError) -> str:

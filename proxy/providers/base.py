@@ -298,6 +298,8 @@ def opt_int(body: dict[str, Any], key: str, *, minimum: int = 0, param: str | No
     value = body.get(key)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0: a JSON number some SDKs type as float (google-genai's top_k)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise BadRequest(f"'{param or key}' must be an integer >= {minimum}", param=param or key)
     return value

@@ -92,8 +92,8 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
         if opt_number(cfg, src, param=f"generationConfig.{src}") is not None:
             chat[dst] = cfg[src]
     for src, dst, low in (("topK", "top_k", 1), ("maxOutputTokens", "max_tokens", 1), ("seed", "seed", 0)):
-        if opt_int(cfg, src, minimum=low, param=f"generationConfig.{src}") is not None:
-            chat[dst] = cfg[src]
+        if (whole := opt_int(cfg, src, minimum=low, param=f"generationConfig.{src}")) is not None:
+            chat[dst] = whole
     stops = stop_list(cfg.get("stopSequences"), "generationConfig.stopSequences")
     if stops:
         chat["stop"] = stops

@@ -78,8 +78,8 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     start = len(messages)
     messages += to_messages(own)
     chat: dict[str, Any] = {"model": model, "messages": messages}
-    if opt_int(body, "max_output_tokens", minimum=1) is not None:
-        chat["max_tokens"] = body["max_output_tokens"]
+    if (max_output := opt_int(body, "max_output_tokens", minimum=1)) is not None:
+        chat["max_tokens"] = max_output
     for key in ("temperature", "top_p"):
         if opt_number(body, key) is not None:
             chat[key] = body[key]

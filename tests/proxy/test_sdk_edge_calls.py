@@ -1,0 +1,113 @@
+"""SDK calls beyond a harness's usual ones, through the official SDKs and the reference model:
+the Anthropic SDK's tool runner (which asks for server-held threads), Anthropic-defined client
+tools, google-genai's float-typed ``top_k``, and malformed bodies on the count-tokens routes
+(the client's 400 in its API's shape, as on the generate routes)."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+from google import genai
+from google.genai import types as gt
+
+from tests.proxy.test_sdks import records
+from tests.support import running_session
+
+QUESTION = "What is the weather in Paris and Rome?"
+
+
+def anthropic_client(stack, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=f"{stack.settings.proxy_url}/s/{key}", api_key=key, max_retries=0)
+
+
+def test_the_tool_runner_sends_every_turn_whole_when_threads_are_refused(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+
+    @anthropic.beta_tool
+    def get_weather(city: str) -> str:
+        """Current weather of a city.
+
+        Args:
+            city: the city
+        """
+        return {"Paris": "sunny", "Rome": "rainy"}[city]
+
+    runner = anthropic_client(ref_stack, key).beta.messages.tool_runner(
+        model="sdk-tools", max_tokens=1000, tools=[get_weather], messages=[{"role": "user", "content": QUESTION}])
+    replies = list(runner)
+    assert replies[-1].content[-1].text == "Paris is sunny and Rome is rainy."
+    recs = records(ref_stack, key)
+    answered = [r for r in recs if r.get("response_ids")]
+    assert len(answered) == 2 and answered[0]["seq"] == 2  # call 1, the thread create, was refused
+    for rec in answered:  # each answered call carries the whole conversation and the tools
+        req = rec["normalized_request"]
+        assert req["messages"][0]["role"] == "user" and QUESTION in str(req["messages"][0]["content"])
+        assert [t["function"]["name"] for t in req["tools"]] == ["get_weather"]
+    assert [m["role"] for m in answered[1]["normalized_request"]["messages"]] == ["user", "assistant", "tool", "tool"]
+
+    with pytest.raises(anthropic.BadRequestError) as info:  # asked for directly, the refusal says what to do
+        anthropic_client(ref_stack, key).beta.messages.create(
+            model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}], thread={"type": "create"},
+            betas=["message-threads-2026-08-12"])
+    assert info.value.body["error"]["details"]["error_code"] == "thread_unsupported_request"
+    assert "without `thread`" in info.value.message
+
+
+def test_anthropic_defined_client_tools_reach_the_policy_with_their_inputs(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = anthropic_client(ref_stack, key)
+    sdk.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "List the files."}],
+                        tools=[{"type": "bash_20250124", "name": "bash"},
+                               {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+                               {"type": "web_search_20250305", "name": "web_search"}],
+                        tool_choice={"type": "tool", "name": "bash"})
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in req["tools"]}
+    assert set(tools) == {"bash", "str_replace_based_edit_tool"}  # the server tool runs at the vendor: dropped
+    assert "command" in tools["bash"]["properties"]
+    assert tools["str_replace_based_edit_tool"]["properties"]["command"]["enum"] == [
+        "view", "create", "str_replace", "insert"]
+    assert req["tool_choice"] == {"type": "function", "function": {"name": "bash"}}
+    for bad, field in (([{"name": "no_schema"}], "tools.0.input_schema"),
+                       ([{"type": "computer_20250124", "name": "computer", "display_width_px": 800,
+                          "display_height_px": 600}], "tools.0.type")):
+        with pytest.raises(anthropic.BadRequestError) as info:
+            sdk.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "x"}], tools=bad)
+        assert field in info.value.message or field.split(".")[-1] in info.value.message
+
+
+def test_google_genai_top_k_is_sent_as_a_float_and_taken(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{ref_stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    config = gt.GenerateContentConfig(top_k=5, max_output_tokens=4)
+    sdk.models.generate_content(model="tiny", contents="hi", config=config)
+    assert sdk.models.count_tokens(model="tiny", contents="hi").total_tokens > 0
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    assert req["top_k"] == 5 and isinstance(req["top_k"], int) and req["max_tokens"] == 4
+    with pytest.raises(genai.errors.ClientError) as info:  # a fraction is still no integer
+        sdk.models.generate_content(model="tiny", contents="hi", config=gt.GenerateContentConfig(top_k=2.5))
+    assert info.value.code == 400 and "topK" in str(info.value)
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]},
+    {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}],
+     "tool_choice": {"type": "tool", "name": ["f"]}},
+])
+def test_a_malformed_anthropic_count_is_the_clients_400(ref_stack, body):
+    key = running_session(ref_stack.settings.redis_url)
+    resp = httpx.post(f"{ref_stack.settings.proxy_url}/s/{key}/v1/messages/count_tokens", json=body, timeout=30)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_malformed_responses_count_is_the_clients_400(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.input_tokens.count(model="tiny", input="hi",
+                                         tools=[{"type": "namespace", "name": "n", "tools": 5}])  # type: ignore[list-item]
+    assert info.value.body["type"] == "invalid_request_error"
