@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import quote
 
 import httpx
 import redis
@@ -98,19 +99,19 @@ class RolloutClient:
         return self._call("POST", "/rollout/task/submit", json=payload)["task_id"]
 
     def status(self, task_id: str, *, results: bool = True) -> TaskStatus:
-        data = self._call("GET", f"/rollout/task/{task_id}", params={"results": int(results)})
+        data = self._call("GET", f"/rollout/task/{_segment(task_id)}", params={"results": int(results)})
         return TaskStatus.model_validate(data)
 
     def cancel(self, task_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/rollout/task/{task_id}")
+        return self._call("DELETE", f"/rollout/task/{_segment(task_id)}")
 
     def session(self, session_id: str) -> SessionResult:
         """A finished session's result (from Redis, or its results file once Redis forgot it)."""
-        return SessionResult.model_validate(self._call("GET", f"/rollout/session/{session_id}"))
+        return SessionResult.model_validate(self._call("GET", f"/rollout/session/{_segment(session_id)}"))
 
     def completions(self, session_id: str) -> dict[str, Any]:
         """A finished session's raw completion records: ``completions``, ``errors``, ``unreadable_records``."""
-        return self._call("GET", f"/rollout/session/{session_id}/completions")
+        return self._call("GET", f"/rollout/session/{_segment(session_id)}/completions")
 
     def pipeline_status(self) -> dict[str, Any]:
         return self._call("GET", "/rollout/status")
@@ -254,3 +255,8 @@ def load_task_file(path: Path) -> dict[str, Any]:
             if isinstance(src, str) and src and not Path(src).is_absolute():
                 action["src"] = str((path.parent / src).resolve())
     return data
+
+
+def _segment(value: str) -> str:
+    """An id as one URL path segment: whatever it holds, it names that id and nothing else."""
+    return quote(value, safe="")

@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     # (each session keeps its own spec: instruction x num_samples).
     max_submit_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_instruction_bytes: int = Field(default=1024 * 1024, gt=0)
-    max_task_instruction_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    max_task_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # the task spec x num_samples
     max_json_depth: int = Field(default=64, gt=0)
     # The trajectory viewer (/viewer on the API) asks the engine (the first upstream_url) for the
     # text of tokens the records carry as ids only (POST /detokenize); off: it shows ids.
@@ -161,6 +161,11 @@ class Settings(BaseSettings):
     @property
     def upload_root_list(self) -> list[Path]:
         return [Path(p.strip()).resolve() for p in self.upload_roots.split(",") if p.strip()]
+
+    @property
+    def upload_excluded(self) -> list[Path]:
+        """What no upload may copy, whatever the roots: this service's home and its ``.env``."""
+        return [self.home.resolve(), Path(".env").resolve()]
 
     @property
     def tools_path(self) -> Path:

@@ -29,6 +29,9 @@ def _stack(settings: Settings, policies: dict[str, str], flower_port: int | None
                              persist_redis=persist))
 
 
+DEMO_POLICY = {"demo-policy": str(EXAMPLES / "demo_policy.json")}
+
+
 def _policies(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -72,7 +75,7 @@ def _sigterm_as_interrupt() -> None:
                       "130 when interrupted while it starts.")
 @click.option("--flower-port", type=int, default=None, help="Also start Flower on this port.")
 @click.option("--policy", "policies", multiple=True, metavar="NAME=FILE",
-              help="Serve a scripted policy as model NAME (repeatable).")
+              help="Serve a scripted policy as model NAME (repeatable; demo-policy is served already).")
 @click.option("--no-model", is_flag=True, help="Use POLAR_UPSTREAM_URL (vLLM/SGLang) instead of the reference server.")
 def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> None:
     """Start embedded Redis (unless POLAR_REDIS_URL is set), one worker per stage, the proxy,
@@ -80,7 +83,10 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
     _sigterm_as_interrupt()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     settings = Settings.from_env()
-    stack = _stack(settings, _policies(policies), flower_port, not no_model, fixed_ports=True, persist=True)
+    # The demo task's scripted policy comes with the reference model, so the README's
+    # `polar up` + `polar submit examples/demo_task.json` works as written.
+    served = {**({} if no_model else DEMO_POLICY), **_policies(policies)}
+    stack = _stack(settings, served, flower_port, not no_model, fixed_ports=True, persist=True)
     click.echo("starting ...")
     ready = False
     try:
@@ -129,7 +135,7 @@ def demo(samples: int, timeout: float, as_json: bool) -> None:
     t = time.monotonic()
     model_dir = build_tiny_model(settings.model_dir)
     note(f"model: {model_dir} ({time.monotonic() - t:.1f}s)", as_json)
-    stack = _stack(settings, {"demo-policy": str(EXAMPLES / "demo_policy.json")}, None, True, False)
+    stack = _stack(settings, DEMO_POLICY, None, True, False)
     ok, interrupted, summary = False, False, {}
     try:
         t = time.monotonic()

@@ -10,6 +10,7 @@ request can be retried), never a 500.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -96,8 +97,9 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
             raise ApiError(404, "not_found", f"unknown task {task_id!r}") from None
         for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
             dispatcher.send(Stage.POSTRUN, sid)
-        return _json({"task_id": task_id, "status": "cancelling", "moved_to_postrun": len(moved),
-                      "flagged": flagged})
+        state = tasks.state(task_id)  # a task that had finished keeps its state: said as it is
+        return _json({"task_id": task_id, "status": state.value if state else "cancelling",
+                      "moved_to_postrun": len(moved), "flagged": flagged})
 
     sources = SessionSources(stores, settings.results_path)
     viewer.register(app, settings, stores, sources, token, engine_transport)
@@ -225,19 +227,23 @@ def _limits(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
     if size > settings.max_instruction_bytes:
         return [{"field": "instruction", "message": f"instruction is {size} bytes; the limit is "
                                                     f"{settings.max_instruction_bytes} (POLAR_MAX_INSTRUCTION_BYTES)"}]
-    if size * task.num_samples > settings.max_task_instruction_bytes:
-        return [{"field": "num_samples", "message": f"{task.num_samples} samples x a {size}-byte instruction exceed "
-                                                    f"{settings.max_task_instruction_bytes} bytes "
-                                                    "(POLAR_MAX_TASK_INSTRUCTION_BYTES)"}]
+    # Every session keeps its own copy of the spec (instruction, metadata, env, commands, configs).
+    spec = len(task.model_dump_json(exclude_none=True))
+    if spec * task.num_samples > settings.max_task_bytes:
+        fields = task.model_dump(mode="json", exclude_none=True)
+        largest = max(fields, key=lambda k: len(json.dumps(fields[k])))
+        return [{"field": "num_samples", "message": f"{task.num_samples} samples x a {spec}-byte task spec (largest "
+                                                    f"field: {largest}) exceed {settings.max_task_bytes} bytes "
+                                                    "(POLAR_MAX_TASK_BYTES): every session keeps its own copy"}]
     return []
 
 
 def _uploads(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
-    roots = settings.upload_root_list
+    roots, excluded = settings.upload_root_list, settings.upload_excluded
     out = []
     for key in ("prepare", "eval_prepare"):
         for i, action in enumerate(getattr(task.runtime, key) or []):
-            why = upload_problem(action.src, roots) if action.type != "exec" and action.src else None
+            why = upload_problem(action.src, roots, excluded) if action.type != "exec" and action.src else None
             if why:
                 out.append({"field": f"runtime.{key}.{i}.src", "message": f"{action.src!r} {why}"})
     return out

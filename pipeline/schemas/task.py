@@ -12,11 +12,13 @@ import math
 import re
 import uuid
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -31,11 +33,43 @@ from pipeline.schemas.harness import HarnessOptions
 
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside every runtime
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-# Task ids end up in URLs and Redis keys: printable, no slash, no whitespace.
-TASK_ID = re.compile(r"^[^\s/\\\x00-\x1f\x7f]{1,200}$")
+# Task ids end up in URLs and Redis keys: printable, no whitespace, and none of '/', '\', '?',
+# '#' or '%' (a task id is a URL path segment: status, cancel, the viewer).
+TASK_ID = re.compile(r"^[^\s/\\?#%\x00-\x1f\x7f]{1,200}$")
 
 # Names the pipeline accepts: the plug-in catalogue (pipeline/plugins.py); a planned name not
 # yet implemented fails its session with a clear error instead of being refused at submit time.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_vars(env: dict[str, str]) -> dict[str, str]:
+    """Names a shell can export and values without a NUL byte: refused at submit, not at run time."""
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} must be letters, digits and '_', not starting "
+                             "with a digit")
+        if "\0" in value:
+            raise ValueError(f"environment variable {name} holds a NUL byte")
+    return env
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic would read true as 1 second
+        raise ValueError("must be a number of seconds, not a boolean")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+EnvVars = Annotated[dict[str, str], AfterValidator(_env_vars)]
+Seconds = Annotated[float, BeforeValidator(_no_bool)]
+Text = Annotated[str, AfterValidator(_no_nul)]
+NonEmptyText = Annotated[str, AfterValidator(_no_nul), Field(min_length=1, pattern=r"\S")]
+
 HARNESSES = (*plugins.HARNESSES, *plugins.PLANNED["harness"])
 BUILDERS = tuple(plugins.BUILDERS)
 EVALUATORS = (*plugins.EVALUATORS, *plugins.PLANNED["evaluator strategy"])
@@ -80,15 +114,17 @@ class PrepareAction(_Spec):
     src: str | None = Field(default=None, validation_alias=AliasChoices("src", "source"))  # a path on the worker host
     dst: str | None = Field(default=None, validation_alias=AliasChoices("dst", "target"))  # a path in the runtime
     cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    env: EnvVars = Field(default_factory=dict)
+    timeout_seconds: Seconds | None = Field(default=None, gt=0)
     max_attempts: StrictInt = Field(default=1, ge=1, le=10)  # exec: tries before the step fails
-    retry_backoff_seconds: float = Field(default=0.0, ge=0, le=60)  # exec: wait between tries
+    retry_backoff_seconds: Seconds = Field(default=0.0, ge=0, le=60)  # exec: wait between tries
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> "PrepareAction":
         if self.type == "exec" and not self.command:
             raise ValueError("an 'exec' prepare action needs 'command'")
+        if self.type == "exec" and (self.src or self.dst):
+            raise ValueError("an 'exec' prepare action takes no src or dst (an upload action copies files)")
         if self.type != "exec":
             if not (self.src and self.dst):
                 raise ValueError(f"an '{self.type}' prepare action needs 'src' and 'dst' (or 'source' and 'target')")
@@ -113,7 +149,7 @@ class RuntimeSpec(_Spec):
     image: str | None = None
     prepare: list[PrepareAction] = Field(default_factory=list)
     eval_prepare: list[PrepareAction] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     network: str | None = None  # none | host | bridge | a network name (backends that have networks)
     workdir: str | None = None
     cpus: float | None = Field(default=None, gt=0)
@@ -152,9 +188,9 @@ class RuntimeSpec(_Spec):
 class ShellCommand(_Spec):
     """The ``shell`` harness: a command template; ``{{INSTRUCTION}}`` is replaced, shell-quoted."""
 
-    command: str
+    command: NonEmptyText
     cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
 
 
 class TokenIn(str, Enum):
@@ -175,7 +211,7 @@ class AgentSpec(_Spec):
     custom_shell: ShellCommand | None = None
     model_name: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     # Polar's names, folded into the fields above: a custom adapter's import path is the
     # harness; MCP servers and the skills folder are preset settings.
     import_path: str | None = None
@@ -240,19 +276,19 @@ class BuilderSpec(_Spec):
 class EvaluatorSpec(_Spec):
     strategy: str = "session_completed"
     config: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     refresh_runtime: StrictBool = False
     # The whole grading's budget, from EVALUATE's start: separate from the agent's.
-    timeout_seconds: float = Field(default=1800, gt=0, le=24 * 3600)
+    timeout_seconds: Seconds = Field(default=1800, gt=0, le=24 * 3600)
 
     _known_strategy = _known_name("strategy", EVALUATORS, "evaluator strategy")
 
 
 class TaskRequest(_Spec):
     task_id: str = Field(default_factory=lambda: f"task-{uuid.uuid4().hex[:12]}")
-    instruction: str
+    instruction: Text
     num_samples: StrictInt = Field(default=1, ge=1, le=4096)
-    timeout_seconds: float = Field(default=600, gt=0, le=7 * 24 * 3600)
+    timeout_seconds: Seconds = Field(default=600, gt=0, le=7 * 24 * 3600)
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     agent: AgentSpec
     builder: BuilderSpec = Field(default_factory=BuilderSpec)
@@ -286,7 +322,7 @@ class TaskRequest(_Spec):
     @classmethod
     def _task_id(cls, v: str) -> str:
         if not TASK_ID.match(v):
-            raise ValueError("task_id must be 1-200 printable characters without '/' or spaces")
+            raise ValueError("task_id must be 1-200 printable characters without spaces, '/', '\\', '?', '#' or '%'")
         return v
 
     @field_validator("evaluator", mode="before")

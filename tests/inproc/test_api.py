@@ -79,7 +79,10 @@ def test_cancel_before_any_worker_sends_every_session_to_postrun(client, stores,
     for s in client.status(task_id).sessions:
         state = stores.sessions.get(s.session_id)
         assert state.status == SessionStatus.POSTRUN and state.outcome == Outcome.CANCELLED
-    assert client.status(task_id).status.value == "cancelling"
+    assert client.status(task_id).status.value == "cancelling" and out["status"] == "cancelling"
+    stores.tasks.finish(task_id)  # what the last session's callback does
+    again = client.cancel(task_id)  # a finished task is not "cancelling" again: its state is said
+    assert again["status"] == "cancelled"
 
 
 def test_pipeline_status_lists_every_stage_queue(client, api):
@@ -152,9 +155,9 @@ def test_invalid_unicode_and_deep_nesting_are_400(api, stores, raw):
     assert stores.tasks.recent() == []
 
 
-def test_instruction_limits(r, redis_url, tmp_path):
+def test_instruction_and_task_size_limits(r, redis_url, tmp_path):
     api = create_app(Settings(home=tmp_path, redis_url=redis_url, max_instruction_bytes=1000,
-                              max_task_instruction_bytes=5000))
+                              max_task_bytes=8000))
     client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
     for task, field in (({**TASK, "instruction": "x" * 1001, "num_samples": 1}, "instruction"),
                         ({**TASK, "instruction": "x" * 1000, "num_samples": 6}, "num_samples")):
@@ -162,6 +165,11 @@ def test_instruction_limits(r, redis_url, tmp_path):
             client.submit(task)
         assert [f["field"] for f in info.value.body["error"]["fields"]] == [field]
     assert client.submit({**TASK, "instruction": "x" * 1000, "num_samples": 5})
+    # the whole spec counts, not just the instruction: a big metadata (or env, command) is copied too
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "metadata": {"blob": "y" * 3000}, "num_samples": 3})
+    assert "largest field: metadata" in info.value.body["error"]["fields"][0]["message"]
+    assert client.submit({**TASK, "metadata": {"blob": "y" * 3000}, "num_samples": 2})
 
 
 def test_redis_down_is_503_and_health_says_so(tmp_path):
@@ -172,3 +180,67 @@ def test_redis_down_is_503_and_health_says_so(tmp_path):
         assert api.test_client().get("/health").status_code == 200
     health = api.test_client().get("/health")
     assert health.status_code == 503 and health.get_json()["status"] == "unavailable"
+
+
+def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tokens.json").write_text('{"api_token": "secret"}')
+    (tmp_path / "agent.py").write_text("print('hi')")
+    (tmp_path / "link.json").symlink_to(home / "tokens.json")
+    (tmp_path / ".env").write_text("POLAR_REDIS_URL=redis://secret@host\n")
+    monkeypatch.chdir(tmp_path)  # the settings' .env is the working directory's
+    # the allowed folder holds the home and the .env: they stay out of reach anyway
+    api = create_app(Settings(home=home, redis_url=redis_url, upload_roots=str(tmp_path)))
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+
+    def upload(src: str) -> dict:
+        return {**TASK, "runtime": {"prepare": [{"type": "upload_file", "src": src, "dst": "/polar/session/x"}]}}
+
+    assert client.submit(upload(str(tmp_path / "agent.py")))
+    for src in (home / "tokens.json", tmp_path / "link.json", tmp_path / ".env", home):
+        with pytest.raises(RolloutError) as info:
+            client.submit(upload(str(src)))
+        (problem,) = info.value.body["error"]["fields"]
+        assert problem["field"] == "runtime.prepare.0.src" and "own state" in problem["message"], problem
+        assert "secret" not in str(info.value.body)
+    with pytest.raises(RolloutError) as info:  # a NUL byte is the client's 400, not a 500
+        client.submit(upload(f"{tmp_path}/agent.py\x00x"))
+    assert info.value.status == 400 and info.value.body["error"]["fields"][0]["field"] == "runtime.prepare.0.src"
+
+
+@pytest.mark.parametrize("task_id", ["victim?x", "victim#x", "%2e%2e", "a\\b"])
+def test_task_ids_that_would_read_as_another_url_are_refused(client, task_id):
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "task_id": task_id})
+    assert info.value.status == 400 and info.value.body["error"]["fields"][0]["field"] == "task_id"
+
+
+def test_the_client_sends_an_id_as_one_path_segment(client):
+    client.submit({**TASK, "task_id": "victim"})
+    with pytest.raises(RolloutError) as info:  # not victim's status: an id of its own, unknown
+        client.status("victim?x")
+    assert info.value.status == 404
+    with pytest.raises(RolloutError):
+        client.cancel("victim?x")
+    assert client.status("victim").cancelled is False
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"agent": {"custom_shell": "true", "env": {"A=B": "1"}}}, "agent.env"),
+    ({"agent": {"custom_shell": "true", "env": {"": "1"}}}, "agent.env"),
+    ({"agent": {"custom_shell": "true", "env": {"A": "x\x00y"}}}, "agent.env"),
+    ({"agent": {"custom_shell": {"command": "true", "env": {"1A": "x"}}}}, "agent.custom_shell.env"),
+    ({"evaluator": {"env": {"B C": "x"}}}, "evaluator.env"),
+    ({"instruction": "write\x00hello"}, "instruction"),
+    ({"agent": {"custom_shell": "  "}}, "agent.custom_shell.command"),
+    ({"timeout_seconds": True}, "timeout_seconds"),
+    ({"runtime": {"prepare": [{"type": "exec", "command": "true", "src": "/etc/passwd"}]}}, "runtime.prepare.0"),
+])
+def test_what_would_fail_only_at_run_time_is_refused_at_submit(client, stores, change, field):
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "task_id": "t-late", **change})
+    assert info.value.status == 400
+    fields = [f["field"] for f in info.value.body["error"]["fields"]]
+    assert any(f == field or f.startswith(field + ".") for f in fields), fields
+    assert not stores.tasks.exists("t-late")

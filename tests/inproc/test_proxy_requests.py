@@ -26,7 +26,7 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
     ("POST", "/v1/complete", {}, "anthropic"),
     ("GET", "/v1/messages", ANTHROPIC, "anthropic"),
     ("DELETE", "/v1/messages", ANTHROPIC, "anthropic"),
-    ("POST", "/v1/responses/resp_x/cancel", {}, "responses"),
+    ("POST", "/v1/responses/compact", {}, "responses"),
     ("POST", "/v1/embeddings", {}, "chat"),
     ("GET", "/v1/files", {}, "chat"),
 ])
@@ -44,7 +44,7 @@ def test_the_sdks_unserved_calls_raise_their_own_not_found(proxy_app, redis_url)
     key = running_session(redis_url)
     c = sdk_clients(proxy_app, key)
     with pytest.raises(openai.NotFoundError):
-        c["openai"].responses.cancel("resp_x")
+        c["openai"].responses.cancel("resp_x")  # served, but no such response
     with pytest.raises(Exception) as info:
         c["google"].models.embed_content(model="fake", contents="hi")
     assert getattr(info.value, "code", None) == 404 and info.value.status == "NOT_FOUND"

@@ -53,7 +53,7 @@ class Warmup:
             actions = spec.runtime.eval_prepare if spec.runtime.eval_prepare is not None else spec.runtime.prepare
             run_prepare(runtime, actions, deadline=self.deadline, label="eval_prepare",
                         cancelled=lambda: d.stores.sessions.cancel_requested(sid),
-                        upload_roots=d.settings.upload_root_list)
+                        upload_roots=d.settings.upload_root_list, upload_excluded=d.settings.upload_excluded)
             d.stores.sessions.stamp(sid, "eval_runtime_ready_at")
         except Exception as exc:
             log.warning("run %s: the evaluation runtime could not be made ready: %s", sid, exc)

@@ -21,12 +21,13 @@ class StepFailed(Exception):
 
 
 def run_prepare(runtime: Runtime, actions: Sequence[PrepareAction], *, deadline: float,
-                cancelled: Callable[[], bool], upload_roots: list[Path], label: str = "prepare") -> None:
+                cancelled: Callable[[], bool], upload_roots: list[Path], upload_excluded: Sequence[Path],
+                label: str = "prepare") -> None:
     for index, action in enumerate(actions):
         if action.type == "exec":
             _exec(runtime, action, f"{label}[{index}]", f"{label}.{index:02d}", deadline, cancelled)
         else:
-            _upload(runtime, action, f"{label}[{index}]", upload_roots)
+            _upload(runtime, action, f"{label}[{index}]", upload_roots, upload_excluded)
 
 
 def _exec(runtime: Runtime, action: PrepareAction, where: str, log_name: str, deadline: float,
@@ -51,9 +52,10 @@ def _exec(runtime: Runtime, action: PrepareAction, where: str, log_name: str, de
         time.sleep(min(action.retry_backoff_seconds, max(0.0, deadline - time.time())))
 
 
-def _upload(runtime: Runtime, action: PrepareAction, where: str, roots: list[Path]) -> None:
+def _upload(runtime: Runtime, action: PrepareAction, where: str, roots: list[Path],
+            excluded: Sequence[Path]) -> None:
     src = action.src or ""
-    why = upload_problem(src, roots)
+    why = upload_problem(src, roots, excluded)
     if why:
         raise StepFailed(Outcome.ERROR, f"{where}: {src!r} {why}")
     if not Path(src).exists():
