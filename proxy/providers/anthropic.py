@@ -37,6 +37,7 @@ from proxy.providers.base import (
 from proxy.sse import named_event
 
 NAME = "anthropic"
+_THINKING = ("enabled", "adaptive", "disabled")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                 504: "timeout_error", 529: "overloaded_error"}
@@ -81,7 +82,9 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
         chat["tools"] = tools
         chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
     thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive", "disabled"):
+    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") in _THINKING):
+        raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
+    if isinstance(thinking, dict) and thinking.get("type") in _THINKING:
         chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
     return chat, {"dropped_tools": dropped, "thinking": isinstance(thinking, dict) and thinking.get("type") != "disabled"}
 
@@ -185,6 +188,9 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
         elif kind == "tool_use":
             if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str):
                 raise BadRequest(f"{where}: tool_use blocks need 'id' and 'name'", param=where)
+            if b.get("input") is not None and not isinstance(b["input"], dict):
+                raise BadRequest(f"{where}.content.{j}.input: Input should be a valid dictionary",
+                                 param=f"{where}.content.{j}.input")
             calls.append({"id": b["id"], "type": "function",
                           "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
     return assistant_history_message(text, reasoning, calls)

@@ -247,6 +247,9 @@ def _tool_config(config: Any, chat: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(fcc, dict):
         return {}
     mode = str(fcc.get("mode", "AUTO")).upper()
+    if mode not in ("AUTO", "ANY", "NONE", "VALIDATED", "MODE_UNSPECIFIED"):
+        raise BadRequest(f"toolConfig.functionCallingConfig.mode: {fcc.get('mode')!r} is not AUTO, ANY, NONE or "
+                         "VALIDATED", param="toolConfig.functionCallingConfig.mode")
     allowed = fcc.get("allowedFunctionNames")
     if mode == "NONE":
         return {"tool_choice": "none"}

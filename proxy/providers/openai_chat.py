@@ -23,6 +23,7 @@ from proxy.providers.base import (
     logprob_entries,
     new_id,
     openai_error,
+    opt_bool,
     opt_int,
     require_model,
     require_object,
@@ -56,6 +57,7 @@ def normalize(body: Any) -> dict[str, Any]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in _ROLES:
             raise BadRequest(f"messages[{i}] must be an object with a valid 'role'", param=f"messages[{i}].role")
+        _check_message(m, i)
         if m["role"] == "developer":
             m = {**m, "role": "system"}
         out_messages.append(m)
@@ -74,12 +76,26 @@ def normalize(body: Any) -> dict[str, Any]:
         # Legal for OpenAI, rejected by vLLM; so is tool_choice without tools.
         out.pop("tools", None)
         out.pop("tool_choice", None)
-    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = opt_int(body, key, minimum=1, param="max_tokens")
-    if max_tokens is not None:
-        out["max_tokens"] = max_tokens
-    top_logprobs(body, "top_logprobs")
+    max_tokens = opt_int(body, "max_tokens", minimum=1)
+    newer = opt_int(body, "max_completion_tokens", minimum=1)  # the newer name wins when both are given
+    if newer is not None or max_tokens is not None:
+        out["max_tokens"] = newer if newer is not None else max_tokens
+    if opt_bool(body, "logprobs") is not True and top_logprobs(body, "top_logprobs"):
+        raise BadRequest("when using `top_logprobs`, `logprobs` must be set to true", param="top_logprobs")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise BadRequest("'stream_options' must be an object", param="stream_options")
     return out
+
+
+def _check_message(m: dict[str, Any], i: int) -> None:
+    """What an engine would refuse or misread (a number as content, a tool result for no call)."""
+    role, content = m["role"], m.get("content")
+    nullable = role in ("assistant", "tool", "function")  # a call's turn; an empty tool output
+    if not (isinstance(content, (str, list)) or (nullable and content is None)):
+        need = "a string, an array of content parts" + (" or null" if nullable else "")
+        raise BadRequest(f"messages[{i}].content must be {need}", param=f"messages[{i}].content")
+    if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+        raise BadRequest(f"messages[{i}].tool_call_id is required for a tool message", param=f"messages[{i}].tool_call_id")
 
 
 def finish_reason(turn: Turn) -> str:

@@ -59,8 +59,12 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     if body.get("conversation") is not None:
         raise UnsupportedFeature("conversation objects are not supported: chain calls with previous_response_id",
                                  param="conversation")
+    if body.get("prompt") is not None:
+        raise UnsupportedFeature("stored prompt templates are not supported: send instructions and input",
+                                 param="prompt")
     model = (require_model(body, "Missing required parameter: 'model'.")
              if not counting or body.get("model") is not None else None)
+    _check_types(body)
     raw = stored_items.resolve(body.get("input"), referenced or {})
     if isinstance(raw, str):
         own: list[Any] = [{"type": "message", "role": "user", "content": raw}]
@@ -85,11 +89,15 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
             chat[key] = body[key]
     tools, namespaces, customs = _tools(body.get("tools"))
     if tools:
-        chat["tools"] = tools
-        chat.update(_tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
+        choice = _tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools})
+        allowed = choice.pop("allowed", None)
+        chat["tools"] = tools if allowed is None else [t for t in tools if t["function"]["name"] in allowed]
+        chat.update(choice)
+        if not chat["tools"]:
+            raise BadRequest("tool_choice.tools names none of the request's tools", param="tool_choice.tools")
         if body.get("parallel_tool_calls") is False:
             chat["parallel_tool_calls"] = False
-    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    reasoning = body.get("reasoning") or {}
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]
         chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none"}
@@ -154,14 +162,43 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
     return out, namespaces, customs
 
 
+def _check_types(body: dict[str, Any]) -> None:
+    """Fields whose wrong type would otherwise be read as a default (``store: "no"`` as true)."""
+    for key in ("store", "parallel_tool_calls"):
+        opt_bool(body, key)
+    for key in ("metadata", "reasoning"):
+        if body.get(key) is not None and not isinstance(body[key], dict):
+            raise BadRequest(f"'{key}' must be an object", param=key)
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise BadRequest("'reasoning.effort' must be a string", param="reasoning.effort")
+
+
 def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
+    """``auto`` / ``none`` / ``required``, one function or custom tool by name, or ``allowed_tools``
+    (the engine gets only those tools, chosen from as ``mode`` says)."""
+    if choice is None:
+        return {}
     if choice in ("auto", "none", "required"):
         return {"tool_choice": choice}
-    if isinstance(choice, dict) and choice.get("type") == "function":
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind in ("function", "custom"):
         if choice.get("name") not in names:
             raise BadRequest(f"tool_choice.name: no tool named {choice.get('name')!r}", param="tool_choice.name")
         return {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
-    return {}
+    if kind == "allowed_tools":
+        allowed = choice.get("tools")
+        if not isinstance(allowed, list) or not all(isinstance(t, dict) for t in allowed):
+            raise BadRequest("tool_choice.tools must be an array of tools", param="tool_choice.tools")
+        mode = choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise BadRequest("tool_choice.mode must be 'auto' or 'required'", param="tool_choice.mode")
+        return {"allowed": {t.get("name") for t in allowed}, "tool_choice": mode}
+    if isinstance(choice, str) or kind is None:
+        raise BadRequest("tool_choice must be 'auto', 'none', 'required' or an object naming a tool",
+                         param="tool_choice")
+    raise UnsupportedFeature(f"tool_choice: a hosted tool ({kind!r}) cannot run on a local engine",
+                             param="tool_choice.type")
 
 
 def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:

@@ -158,6 +158,8 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
         elif kind in ("function_call", "custom_tool_call"):
             if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
                 raise BadRequest(f"{where} needs 'call_id' and 'name'", param=where)
+            if kind == "function_call" and item.get("arguments") is not None and not isinstance(item["arguments"], str):
+                raise BadRequest(f"{where}.arguments must be a string (JSON text)", param=f"{where}.arguments")
             args = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input", "")})
             msg = assistant()
             msg.setdefault("tool_calls", []).append(

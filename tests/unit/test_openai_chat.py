@@ -63,12 +63,30 @@ def test_empty_tools_are_dropped_with_tool_choice():
     ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
     ({"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools"),
     ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 99}, "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),  # without logprobs
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, "logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "stream_options": "x"}, "stream_options"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": "bad"}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": {"a": 1}}]}, "messages[0].content"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "out"}]}, "messages[1].tool_call_id"),
 ])
 def test_bad_requests_name_the_parameter(body, param):
     body = {"model": "m", **body} if param != "model" else body
     with pytest.raises(BadRequest) as info:
         normalize(body)
     assert info.value.param == param and info.value.status == 400
+
+
+def test_what_is_legal_stays_legal():
+    ok = normalize({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                              "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": None}],
+        "logprobs": True, "top_logprobs": 2, "max_completion_tokens": 7, "max_tokens": 9})
+    assert ok["max_tokens"] == 7 and len(ok["messages"]) == 3
 
 
 def test_response_parses_with_the_sdk_and_hides_capture_fields():

@@ -97,6 +97,13 @@ def test_anthropic_thinking_block_has_a_signature():
     (anthropic_body(messages=[{"role": "bot", "content": "x"}]), "messages.0.role"),
     (anthropic_body(tools=[TOOL], tool_choice={"type": "tool", "name": "nope"}), "tool_choice.name"),
     (anthropic_body(messages=[{"role": "user", "content": [{"type": "tool_result"}]}]), "messages.0.content.0.tool_use_id"),
+    (anthropic_body(thinking={"type": "sometimes"}), "thinking.type"),
+    (anthropic_body(thinking="on"), "thinking.type"),
+    (anthropic_body(tools=[TOOL], tool_choice="auto"), "tool_choice"),
+    (anthropic_body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "bash", "input": "ls"}]}]), "messages.1.content.0.input"),
+    (anthropic_body(tools=[{"name": "f"}]), "tools.0.input_schema"),
+    (anthropic_body(tools=[{"type": "computer_20250124", "name": "computer"}]), "tools.0.type"),
 ])
 def test_anthropic_bad_requests(body, param):
     with pytest.raises(BadRequest) as info:
@@ -157,10 +164,31 @@ def test_responses_output_items_validate_with_the_sdk():
     ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, UnsupportedFeature),
     ({"model": "m", "input": "x", "include": "message.output_text.logprobs"}, BadRequest),
     ({"model": "m", "input": "x", "top_logprobs": 21}, BadRequest),
+    ({"model": "m", "input": "x", "store": "no"}, BadRequest),
+    ({"model": "m", "input": "x", "metadata": "x"}, BadRequest),
+    ({"model": "m", "input": "x", "parallel_tool_calls": "no"}, BadRequest),
+    ({"model": "m", "input": "x", "reasoning": "high"}, BadRequest),
+    ({"model": "m", "input": "x", "prompt": {"id": "pmpt_1"}}, UnsupportedFeature),
+    ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": "sometimes"}, BadRequest),
+    ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "web_search"}},
+     UnsupportedFeature),
+    ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}],
+      "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "g"}]}}, BadRequest),
+    ({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
+     BadRequest),
 ])
 def test_responses_bad_requests(body, error):
     with pytest.raises(error):
         R.parse(body)
+
+
+def test_responses_tool_choice_forces_a_custom_tool_or_limits_to_allowed_ones():
+    tools = [{"type": "function", "name": "f"}, {"type": "function", "name": "g"}, {"type": "custom", "name": "patch"}]
+    forced = R.parse({"model": "m", "input": "x", "tools": tools, "tool_choice": {"type": "custom", "name": "patch"}})
+    assert forced.chat["tool_choice"] == {"type": "function", "function": {"name": "patch"}}
+    limited = R.parse({"model": "m", "input": "x", "tools": tools, "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]}})
+    assert [t["function"]["name"] for t in limited.chat["tools"]] == ["g"] and limited.chat["tool_choice"] == "required"
 
 
 # --- Gemini ------------------------------------------------------------------------------------
@@ -217,6 +245,9 @@ def test_gemini_response_validates_with_the_sdk():
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"candidateCount": 2}},
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": "yes"}},
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": True, "logprobs": 21}},
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"topK": 2.5}},
+    {"contents": [{"parts": [{"text": "x"}]}], "tools": [{"functionDeclarations": [{"name": "f"}]}],
+     "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
 ])
 def test_gemini_bad_requests(body):
     with pytest.raises(BadRequest):
