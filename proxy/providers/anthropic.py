@@ -193,6 +193,10 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
                                  param=f"{where}.content.{j}.input")
             calls.append({"id": b["id"], "type": "function",
                           "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
+        elif kind in ("tool_result", "image", "document"):  # the user's blocks, misplaced
+            raise BadRequest(f"{where}.content.{j}: a {kind} block belongs in a user message",
+                             param=f"{where}.content.{j}.type")
+        # other blocks (redacted thinking, server tool calls and results) are the vendor's: skipped
     return assistant_history_message(text, reasoning, calls)
 
 

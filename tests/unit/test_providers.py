@@ -103,6 +103,8 @@ def test_anthropic_thinking_block_has_a_signature():
     (anthropic_body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t", "name": "bash", "input": "ls"}]}]), "messages.1.content.0.input"),
     (anthropic_body(tools=[{"name": "f"}]), "tools.0.input_schema"),
+    (anthropic_body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "out"}]}]), "messages.1.content.0.type"),
     (anthropic_body(tools=[{"type": "computer_20250124", "name": "computer"}]), "tools.0.type"),
 ])
 def test_anthropic_bad_requests(body, param):
