@@ -131,9 +131,14 @@ class TaskStore:
                 summaries.append(SessionSummary(session_id=sid, sample_index=index, status=st,
                                                 durations_ms=timing.durations_ms))
         request = TaskRequest.model_validate_json(f["request"])
+        state = TaskState(f.get("state", TaskState.PENDING.value))
+        if state == TaskState.PENDING and set(counts) - {SessionStatus.REGISTERED.value}:
+            # Running from its first session's start: read off the sessions rather than written by
+            # every INIT (a round trip per session for what only this read shows).
+            state = TaskState.RUNNING
         return TaskStatus(
             task_id=task_id,
-            status=TaskState(f.get("state", TaskState.PENDING.value)),
+            status=state,
             total_sessions=int(f.get("total", len(sids))),
             finished_sessions=int(self._r.scard(keys.task_finished(task_id))),
             counts=counts,
@@ -163,10 +168,6 @@ class TaskStore:
         return counts
 
     # --- lifecycle ---------------------------------------------------------------------------
-
-    def mark_running(self, task_id: str) -> None:
-        # Only from PENDING; a cancelling/finished task keeps its state.
-        self._cas(keys=[keys.task(task_id)], args=[TaskState.PENDING.value, TaskState.RUNNING.value])
 
     def count_finished(self, task_id: str, session_id: str) -> bool:
         """Count a terminal session (once, however often it is redelivered); True when every

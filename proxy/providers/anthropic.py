@@ -81,6 +81,7 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     if tools:
         chat["tools"] = tools
         chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
+    chat.update(_output_format(body))
     thinking = body.get("thinking")
     if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") in _THINKING):
         raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
@@ -198,6 +199,21 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
                              param=f"{where}.content.{j}.type")
         # other blocks (redacted thinking, server tool calls and results) are the vendor's: skipped
     return assistant_history_message(text, reasoning, calls)
+
+
+def _output_format(body: dict[str, Any]) -> dict[str, Any]:
+    """Structured output (``output_config.format``, or the beta's ``output_format``) as the
+    engine's guided JSON; ``effort`` has no engine counterpart and is ignored."""
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise BadRequest("output_config: must be an object", param="output_config")
+    fmt = (config or {}).get("format") or body.get("output_format")
+    if fmt is None:
+        return {}
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise BadRequest("output_config.format: must be {type: 'json_schema', schema: {...}}",
+                         param="output_config.format")
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}}
 
 
 def stop_reason(turn: Turn) -> tuple[str, str | None]:

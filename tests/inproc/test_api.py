@@ -85,6 +85,15 @@ def test_cancel_before_any_worker_sends_every_session_to_postrun(client, stores,
     assert again["status"] == "cancelled"
 
 
+def test_a_task_is_running_once_a_session_has_started(client, stores):
+    task_id = client.submit({**TASK, "task_id": "t-running"})
+    assert client.status(task_id).status.value == "pending"
+    first = client.status(task_id).sessions[0].session_id
+    stores.sessions.transition(first, SessionStatus.INITIALIZING)
+    status = client.status(task_id)
+    assert status.status.value == "running" and status.counts == {"REGISTERED": 2, "INITIALIZING": 1}
+
+
 def test_pipeline_status_lists_every_stage_queue(client, api):
     client.submit({**TASK, "task_id": "t-status"})
     data = api.test_client().get("/rollout/status?workers=0").get_json()

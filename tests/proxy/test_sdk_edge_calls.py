@@ -111,3 +111,14 @@ def test_a_malformed_responses_count_is_the_clients_400(ref_stack):
         sdk.responses.input_tokens.count(model="tiny", input="hi",
                                          tools=[{"type": "namespace", "name": "n", "tools": 5}])  # type: ignore[list-item]
     assert info.value.body["type"] == "invalid_request_error"
+
+
+def test_anthropic_structured_output_reaches_the_engine(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    anthropic_client(ref_stack, key).messages.create(
+        model="tiny", max_tokens=8, messages=[{"role": "user", "content": "A city?"}],
+        output_config={"format": {"type": "json_schema", "schema": schema}})
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    assert req["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}

@@ -91,6 +91,18 @@ def test_anthropic_thinking_block_has_a_signature():
     assert [b.type for b in msg.content] == ["thinking", "tool_use"] and msg.content[0].signature
 
 
+def test_anthropic_structured_output_is_the_engines_json_schema():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    for body in (anthropic_body(output_config={"format": {"type": "json_schema", "schema": schema}, "effort": "low"}),
+                 anthropic_body(output_format={"type": "json_schema", "schema": schema})):
+        fmt = A.parse(body).chat["response_format"]
+        assert fmt == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    assert "response_format" not in A.parse(anthropic_body(output_config={"effort": "high"})).chat
+    for bad in ({"format": {"type": "xml"}}, "json"):
+        with pytest.raises(BadRequest):
+            A.parse(anthropic_body(output_config=bad))
+
+
 @pytest.mark.parametrize("body, param", [
     ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
     (anthropic_body(messages=[]), "messages"),
