@@ -137,11 +137,11 @@ class Settings(BaseSettings):
     # --events), and a running Flower turns them on in every worker it sees anyway.
     task_events: bool = False
     max_request_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # a model call to the proxy
-    # Submissions: the body, one instruction, and the instruction bytes a task stores in all
-    # (each session keeps its own spec: instruction x num_samples).
+    # Submissions: the body, one instruction, and the bytes a task stores in all (each session
+    # keeps its own copy of the spec: spec x num_samples).
     max_submit_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     max_instruction_bytes: int = Field(default=1024 * 1024, gt=0)
-    max_task_bytes: int = Field(default=64 * 1024 * 1024, gt=0)  # the task spec x num_samples
+    max_task_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     max_json_depth: int = Field(default=64, gt=0)
     # The trajectory viewer (/viewer on the API) asks the engine (the first upstream_url) for the
     # text of tokens the records carry as ids only (POST /detokenize); off: it shows ids.

@@ -22,7 +22,7 @@ from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
-from proxy.calls import MALFORMED, ModelCalls, as_proxy_error, error_answer, json_body, malformed
+from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body, translating
 from proxy.calls import json_response as _json
 from proxy.detection import api_path, detect, error_provider, serves
 from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
@@ -79,12 +79,8 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         if route.kind == "count_tokens":
             scope = gw.scope(gw.gate.check(key))
             body = body if body is not None else json_body(request)
-            try:
+            with translating(provider):  # as a model call's translation answers it
                 chat = provider.count_tokens_chat(body, route, **provider.context(body, scope))
-            except ProxyError:
-                raise
-            except MALFORMED as exc:  # as a model call's translation answers it
-                raise malformed(provider, exc) from None
             return _json(provider.count_tokens_response(gw.count_tokens(chat)))
         return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 import redis
@@ -160,26 +161,22 @@ def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
-    try:
+    with translating(provider):
         parsed = provider.parse(body, path_model=route.model, stream=route.stream, **context)
-    except ProxyError:
-        raise
-    except MALFORMED as exc:
-        raise malformed(provider, exc) from None
     if not parsed.chat.get("messages"):  # e.g. every message's content empty: nothing to answer
         raise BadRequest("the request holds no message with content to answer")
     return parsed
 
 
-# What a translation raises on a shape it did not anticipate: still the client's malformed input.
-MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-
-
-def malformed(provider: Provider, exc: Exception) -> BadRequest:
-    """The 400 (in the caller's format) for a request shape a translation did not anticipate;
-    logged, as it may deserve a precise message."""
-    log.warning("unexpected %s request shape: %r", provider.name, exc)
-    return BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}")
+@contextmanager
+def translating(provider: Provider) -> Iterator[None]:
+    """A request shape a translation did not anticipate is still the client's malformed input:
+    the 400 in its format (logged, as it may deserve a precise message)."""
+    try:
+        yield
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        log.warning("unexpected %s request shape: %r", provider.name, exc)
+        raise BadRequest(f"invalid {provider.name} request: {type(exc).__name__}: {exc}") from None
 
 
 class Answer:

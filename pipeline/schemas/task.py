@@ -37,8 +37,6 @@ IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # '#' or '%' (a task id is a URL path segment: status, cancel, the viewer).
 TASK_ID = re.compile(r"^[^\s/\\?#%\x00-\x1f\x7f]{1,200}$")
 
-# Names the pipeline accepts: the plug-in catalogue (pipeline/plugins.py); a planned name not
-# yet implemented fails its session with a clear error instead of being refused at submit time.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -70,6 +68,8 @@ Seconds = Annotated[float, BeforeValidator(_no_bool)]
 Text = Annotated[str, AfterValidator(_no_nul)]
 NonEmptyText = Annotated[str, AfterValidator(_no_nul), Field(min_length=1, pattern=r"\S")]
 
+# Names the pipeline accepts: the plug-in catalogue (pipeline/plugins.py); a planned name not
+# yet implemented fails its session with a clear error instead of being refused at submit time.
 HARNESSES = (*plugins.HARNESSES, *plugins.PLANNED["harness"])
 BUILDERS = tuple(plugins.BUILDERS)
 EVALUATORS = (*plugins.EVALUATORS, *plugins.PLANNED["evaluator strategy"])

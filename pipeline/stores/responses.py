@@ -23,7 +23,7 @@ class ResponseStore:
         key, items_key = keys.session_responses(session_id), keys.session_response_items(session_id)
         pipe = self._r.pipeline(transaction=True)  # a response and its items are kept together
         pipe.hset(key, response["id"], pack({"response": response, "conversation": conversation,
-                                             "input": input_items or []}))
+                                             "input": input_items or [], "item_ids": list(items or ())}))
         pipe.expire(key, self.ttl)
         if items:
             pipe.hset(items_key, mapping={item_id: pack(item) for item_id, item in items.items()})
@@ -37,10 +37,8 @@ class ResponseStore:
             return False
         pipe = self._r.pipeline(transaction=True)
         pipe.hdel(keys.session_responses(session_id), response_id)
-        own = [i["id"] for i in [*stored.get("input", []), *stored["response"].get("output", [])]
-               if isinstance(i, dict) and isinstance(i.get("id"), str)]
-        if own:
-            pipe.hdel(keys.session_response_items(session_id), *own)
+        if stored.get("item_ids"):  # exactly what save indexed
+            pipe.hdel(keys.session_response_items(session_id), *stored["item_ids"])
         return bool(pipe.execute()[0])
 
     def load(self, session_id: str, response_id: str) -> dict[str, Any] | None:

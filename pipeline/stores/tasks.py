@@ -88,7 +88,7 @@ class TaskStore:
 
     def state(self, task_id: str) -> TaskState | None:
         raw = self._r.hget(keys.task(task_id), "state")
-        return TaskState(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
+        return TaskState(text(raw)) if raw else None
 
     def session_ids(self, task_id: str) -> list[str]:
         return [text(s) for s in self._r.lrange(keys.task_sessions(task_id), 0, -1)]

@@ -83,9 +83,9 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
         chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
     chat.update(_output_format(body))
     thinking = body.get("thinking")
-    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") in _THINKING):
-        raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
-    if isinstance(thinking, dict) and thinking.get("type") in _THINKING:
+    if thinking is not None:
+        if not (isinstance(thinking, dict) and thinking.get("type") in _THINKING):
+            raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
         chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
     return chat, {"dropped_tools": dropped, "thinking": isinstance(thinking, dict) and thinking.get("type") != "disabled"}
 
