@@ -95,9 +95,10 @@ class ModelCalls:
         # reads no per-session state); its verdict is read before anything acts on the request.
         admission = gw.begin_admit(presented_key(key, req.headers, req.args))
         scope = gw.scope(admission.lease.session_id, req.args)
-        parsed = early = None
+        parsed = early = raw = None
         try:
-            body = body if body is not None else json_body(req)
+            if body is None:
+                body, raw = json_body(req), req.get_data(cache=True)
             if not provider.stateful:
                 parsed = _parse(provider, body, route, provider.context(body, scope))
         except ProxyError as err:
@@ -118,7 +119,7 @@ class ModelCalls:
         except BaseException:
             gw.abandon(lease)
             raise
-        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in)
+        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in, raw)
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer), True

@@ -1,11 +1,15 @@
-"""Build the completion record of one model call (pure, on the hot path: plain dicts + msgpack)."""
+"""Build the completion record of one model call (pure, on the hot path: plain dicts + msgpack).
+
+Token ids and logprobs go in as packed arrays and the requests and the engine's answer as JSON
+text (``pipeline.codec``'s extension types; readers get plain lists and dicts back): packing
+them value by value was the largest single cost of a recorded call."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from pipeline.codec import pack
+from pipeline.codec import f64_array, json_doc, pack, u32_array
 from proxy.upstream.base import Captured
 
 # Already captured as structured fields; not stored twice.
@@ -18,7 +22,10 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
                  response_message: dict[str, Any], started_at: float, finished_at: float,
                  latency_ms: float, upstream_url: str, policy_version: str | None,
                  normalizations: list[str] | None = None, requested_max_tokens: int | None = None,
-                 completion_id: str | None = None, token_in: dict[str, Any] | None = None) -> bytes:
+                 completion_id: str | None = None, token_in: dict[str, Any] | None = None,
+                 original_json: bytes | None = None) -> bytes:
+    """``original_json``: the request's body as the client sent it, when at hand (``original`` is
+    its parse): stored as sent, without serialising it again."""
     slim = {k: v for k, v in upstream.items() if k not in _BULKY}
     slim["choices"] = [{k: v for k, v in c.items() if k not in _BULKY_CHOICE}
                        for c in upstream.get("choices") or []]
@@ -35,17 +42,17 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
         "started_at": started_at,
         "finished_at": finished_at,
         "upstream_latency_ms": latency_ms,
-        "prompt_ids": captured.prompt_ids,
-        "response_ids": captured.response_ids,
-        "response_logprobs": captured.response_logprobs,
+        "prompt_ids": u32_array(captured.prompt_ids),
+        "response_ids": u32_array(captured.response_ids),
+        "response_logprobs": f64_array(captured.response_logprobs),
         "response_tokens": captured.response_tokens,
         "finish_reason": captured.finish_reason,
         "stop_reason": captured.stop_reason,
         "usage": upstream.get("usage") or {},
         "response_message": response_message,
-        "original_request": original,
-        "normalized_request": normalized,
-        "upstream_response": slim,
+        "original_request": json_doc(original, original_json),
+        "normalized_request": json_doc(normalized),
+        "upstream_response": json_doc(slim),
         "normalizations": normalizations or [],
         # The output limit the harness asked for and the one sent: they differ when the call was
         # fitted into the engine's context (proxy/context_limits.py).

@@ -54,6 +54,7 @@ class Call:
     scope: ProviderScope
     received: float  # perf_counter when the request arrived (the proxy's own time, metrics)
     token_in: TokenIn = TokenIn.OFF  # the session's agent.token_in (proxy/token_in.py)
+    original_json: bytes | None = None  # ``original`` as the client sent it (stored as sent)
 
     @property
     def session_id(self) -> str:
@@ -210,7 +211,8 @@ class Gateway:
                 response_message=sampled, started_at=call.started, finished_at=time.time(),
                 latency_ms=latency_ms, upstream_url=base, policy_version=call.policy_version,
                 normalizations=normalizations, requested_max_tokens=requested_max_tokens,
-                completion_id=completion_id, token_in=plan.describe(self.token_in.path) if plan else None)
+                completion_id=completion_id, token_in=plan.describe(self.token_in.path) if plan else None,
+                original_json=call.original_json)
             commands = self.stores.records.append_completion_commands(sid, record)
             if plan is not None:
                 commands += self.token_in.turn_commands(

@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from typing import Any, Callable, Iterator
 
@@ -120,13 +121,16 @@ class ProxyMetrics:
             events = self._events[:]
             del self._events[:len(events)]  # events appended meanwhile stay for the next flush
             totals: defaultdict[tuple[Any, tuple[Any, ...]], float] = defaultdict(float)
+            observed: defaultdict[Any, list[float]] = defaultdict(list)
             for metric, labels, amount in events:
                 if labels is None:
-                    metric.observe(amount)
+                    observed[metric].append(amount)
                 else:
                     totals[(metric, labels)] += amount
             for (metric, labels), amount in totals.items():
                 metric.labels(*labels).inc(amount)
+            for histogram, values in observed.items():
+                _observe_all(histogram, values)
             self.in_flight.set(self._inflight())
 
     def render(self) -> bytes | None:
@@ -158,6 +162,24 @@ class ProxyMetrics:
                 self.flush()
             except Exception as exc:  # a full disk, say: keep serving calls, report it
                 log.warning("flushing proxy metrics failed: %s", exc)
+
+
+def _observe_all(histogram: Histogram, values: list[float]) -> None:
+    """``histogram.observe`` of each value, with one write per bucket and one for the sum (in
+    multiprocess mode every write is a locked write to a memory-mapped file; a flush holds a
+    second's calls). Through prometheus-client's own per-bucket values, as ``observe`` writes
+    them; where a release keeps them otherwise, value by value."""
+    bounds, buckets, total = (getattr(histogram, name, None) for name in ("_upper_bounds", "_buckets", "_sum"))
+    if not bounds or buckets is None or total is None or len(buckets) != len(bounds):
+        for value in values:
+            histogram.observe(value)
+        return
+    counts: defaultdict[int, int] = defaultdict(int)
+    for value in values:
+        counts[bisect_left(bounds, value)] += 1  # the first bucket whose bound is >= value
+    total.inc(sum(values))
+    for index, count in counts.items():
+        buckets[index].inc(count)
 
 
 class _ControlCollector(Collector):

@@ -7,18 +7,26 @@ their own processes; commands import what they run lazily so ``polar --help`` st
 
 from __future__ import annotations
 
-import json
 import os
-import sys
-from pathlib import Path
 
-import click
+# Every service packs token arrays with numpy but none does linear algebra, and numpy's OpenBLAS
+# otherwise starts a thread per core in every process (and pool child) that wakes and spins now
+# and then: ~3 % of a proxy worker's CPU under load. Set before anything imports numpy; the
+# children the CLI starts inherit it. An operator's own value wins. (Not OMP_NUM_THREADS: the
+# reference model's torch sizes its pool by that.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable
-from infra.cli.output import emit_json, json_option
-from infra.cli.state import client_settings
-from pipeline.settings import Settings
-from pipeline.status import Stage
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
+
+from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable  # noqa: E402
+from infra.cli.output import emit_json, json_option  # noqa: E402
+from infra.cli.state import client_settings  # noqa: E402
+from pipeline.settings import Settings  # noqa: E402
+from pipeline.status import Stage  # noqa: E402
 
 
 @click.group(cls=PolarGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)

@@ -1,14 +1,19 @@
-"""JSON nesting limits (pipeline/codec.py): the level-by-level walk agrees with a plain recursive
-depth on arbitrary JSON, exactly at the limit."""
+"""pipeline/codec.py: JSON nesting limits (the level-by-level walk agrees with a plain recursive
+depth on arbitrary JSON, exactly at the limit), and the extension types of completion records
+(packed ids and floats, JSON documents) giving back exactly what went in."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+import msgpack
+import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.codec import nesting_depth_exceeds
+from pipeline.codec import JSON_DOC, U32_ARRAY, f64_array, json_doc, nesting_depth_exceeds, pack, u32_array, unpack
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
@@ -36,3 +41,58 @@ def test_deep_chains_without_recursion():
     for i in range(5000):
         value = [value] if i % 2 else {"k": value}
     assert nesting_depth_exceeds(value, 4999) and not nesting_depth_exceeds(value, 5000)
+
+
+# --- the record extension types: what goes in comes back, as plain values -----------------------
+
+IDS = st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=50)
+
+
+@given(IDS)
+def test_u32_arrays_round_trip(ids):
+    packed = u32_array(ids)
+    assert isinstance(packed, msgpack.ExtType) and packed.code == U32_ARRAY and len(packed.data) == 4 * len(ids)
+    assert unpack(pack({"ids": packed})) == {"ids": ids}
+
+
+@given(st.lists(st.integers(), min_size=1, max_size=20).filter(lambda v: min(v) < 0 or max(v) >= 2**32))
+def test_ids_outside_uint32_stay_a_list(ids):
+    assert u32_array(ids) is ids
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10, 10), max_size=30))
+def test_f64_arrays_round_trip_bit_for_bit(values):
+    back = unpack(pack(f64_array(values)))
+    assert [struct.pack("<d", v) for v in back] == [struct.pack("<d", float(v)) for v in values]
+
+
+def test_f64_array_of_non_numbers_stays_a_list():
+    values = [0.5, "x"]
+    assert f64_array(values) is values
+
+
+JSON64 = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+                      | st.text(max_size=5),
+                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+                      max_leaves=40)
+
+
+@given(JSON64)
+def test_json_docs_round_trip(value):
+    doc = json_doc(value)
+    assert doc.code == JSON_DOC and unpack(pack([doc])) == [value]
+
+
+def test_json_doc_keeps_the_text_it_is_given_and_falls_back_when_json_cannot_hold_a_value():
+    assert unpack(pack(json_doc({"a": 1}, b'{ "a" : 1 }'))) == {"a": 1}
+    wide = {"n": 2**70}  # a client's integer beyond 64 bits: msgpack's own path keeps it (as text)
+    assert json_doc(wide) is wide
+    assert unpack(pack(wide)) == {"n": str(2**70)}
+
+
+def test_a_corrupt_extension_fails_to_decode_and_unknown_codes_pass_through():
+    with pytest.raises(orjson.JSONDecodeError):
+        unpack(pack(msgpack.ExtType(JSON_DOC, b"{not json")))
+    with pytest.raises(ValueError):
+        unpack(pack(msgpack.ExtType(U32_ARRAY, b"\x01\x02\x03")))  # not a whole number of ids
+    assert unpack(pack(msgpack.ExtType(42, b"x"))) == msgpack.ExtType(42, b"x")
