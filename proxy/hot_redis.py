@@ -2,15 +2,17 @@
 may be sent before its replies are needed (``send`` -> ``Pending.replies``).
 
 redis-py spends ~160 µs of CPU on a 4-command pipeline under gevent (pool, retries, timeouts,
-response callbacks); packing with hiredis and parsing with its reader on a pooled socket costs
-a third of that (bench/). Everything else in the project uses redis-py.
+response callbacks); packing with hiredis and parsing with its reader costs a third of that
+(bench/). Everything else in the project uses redis-py. Under gevent (the proxy's workers) every
+call of a process shares one connection with its writes batched (``hot_redis_mux``); elsewhere
+(tests in one process, threads) each send takes a pooled connection of its own.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -52,16 +54,24 @@ class HotRedis:
         self._password = unquote(parts.password) if parts.password else None
         db = parts.path.lstrip("/") if parts.scheme in ("redis", "rediss") else ""
         self._db = int(db) if db.isdigit() else 0
+        self._shared: Any = None
+        if _gevent_sockets():
+            from proxy.hot_redis_mux import Multiplexed
+
+            self._shared = Multiplexed(self._connect, timeout)
 
     def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Send all commands at once, read all replies; raise the first error reply after."""
         return self.send(commands).replies()
 
     def send(self, commands: Sequence[Command]) -> "Pending":
-        """Send all commands at once on a connection of its own; ``replies()`` reads them. The
-        caller may work in between (the proxy renders its answer while Redis records the call)
-        and must end with ``replies()`` or ``discard()``."""
+        """Send all commands at once (on the worker's shared connection under gevent, else on a
+        pooled one of their own); ``replies()`` reads them. The caller may work in between (the
+        proxy renders its answer while Redis records the call) and must end with ``replies()`` or
+        ``discard()``."""
         data = b"".join(hiredis.pack_command(tuple(c)) for c in commands)
+        if self._shared is not None:
+            return self._shared.send(data, len(commands))
         pooled = bool(self._idle)
         conn = self._idle.pop() if pooled else self._connect()
         try:
@@ -80,7 +90,7 @@ class HotRedis:
         except BaseException:
             conn[0].close()
             raise
-        return Pending(self, conn, data, len(commands), pooled)
+        return PooledPending(self, conn, data, len(commands), pooled)
 
     def _done(self, conn: tuple[socket.socket, hiredis.Reader]) -> None:
         self._idle.append(conn)
@@ -118,8 +128,18 @@ class HotRedis:
         return conn
 
 
-class Pending:
-    """Commands sent, replies not yet read: the connection is this object's until then."""
+class Pending(Protocol):
+    """Commands sent, replies not yet read."""
+
+    def replies(self) -> list[Any]:
+        """Every reply, in order; raise the first error reply after reading them all."""
+
+    def discard(self) -> None:
+        """Give up on the replies (the commands may or may not have run)."""
+
+
+class PooledPending:
+    """Commands sent on a pooled connection, which is this object's until its replies are read."""
 
     __slots__ = ("_hot", "_conn", "_data", "_count", "_pooled")
 
@@ -154,17 +174,30 @@ class Pending:
                 conn[0].close()  # state unknown (partial reply, timeout): never reuse it
                 raise
         self._hot._done(conn)
-        for reply in replies:
-            if isinstance(reply, hiredis.ReplyError):
-                text = str(reply)
-                raise (NoScript if text.startswith("NOSCRIPT") else RedisReplyError)(text)
-        return replies
+        return checked(replies)
 
     def discard(self) -> None:
         """Give up on the replies (the commands may or may not have run): the connection is closed."""
         if self._conn is not None:
             self._conn[0].close()
             self._conn = None
+
+
+def checked(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error reply among them raised."""
+    for reply in replies:
+        if isinstance(reply, hiredis.ReplyError):
+            text = str(reply)
+            raise (NoScript if text.startswith("NOSCRIPT") else RedisReplyError)(text)
+    return replies
+
+
+def _gevent_sockets() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:  # pragma: no cover - gevent is a dependency
+        return False
+    return bool(monkey.is_module_patched("socket"))
 
 
 def _read(conn: tuple[socket.socket, hiredis.Reader], count: int) -> list[Any]:

@@ -1,0 +1,160 @@
+"""One Redis connection shared by all of a gevent worker's calls, their commands batched.
+
+A proxy worker serves dozens of calls at once, and each makes two round trips (``hot_redis``).
+Sent one by one, every round trip costs Redis a wake-up, a read and a write (~60 us of its CPU
+on the machines of bench/, against ~2 us per command) and the worker two syscalls. Here every
+call's commands go on one connection: a call that finds it idle writes at once (a lone call
+waits no longer than before); a call that finds replies outstanding appends its commands, and
+everything appended in one turn of the event loop leaves in one write. Redis answers in order,
+so a reader greenlet hands each call its own replies.
+
+A call's commands are contiguous on the wire (a MULTI/EXEC stays whole). If the connection
+fails, every call waiting on it fails with ``ConnectionError`` (the proxy answers 503, nothing
+unrecorded is answered) and the next call opens a new one; a Redis that closes an idle connection
+(a restart) is noticed by the reader at once, so no call is sent on a dead socket it knew of.
+A reply later than ``timeout`` fails the connection too: its replies can no longer be matched.
+Only under gevent (``HotRedis`` keeps a pool of connections otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Any, Callable
+
+import gevent
+import gevent.event
+import gevent.lock
+
+from proxy.hot_redis import checked, send_all
+
+Connection = Any  # (socket, hiredis.Reader), as HotRedis._connect makes them
+
+
+class Multiplexed:
+    def __init__(self, connect: Callable[[], Connection], timeout: float) -> None:
+        self._connect = connect
+        self._timeout = timeout
+        self._link: _Link | None = None
+        self._opening = gevent.lock.Semaphore()
+        self._pid = os.getpid()
+
+    def send(self, data: bytes, count: int) -> "MuxPending":
+        """Queue ``count`` packed commands; ``replies()`` of what this returns waits for theirs."""
+        link = self._link
+        if link is None or link.error is not None or self._pid != os.getpid():
+            link = self._open()
+        return link.send(data, count)
+
+    def close(self) -> None:
+        if self._link is not None:
+            self._link.fail(ConnectionError("closed"))
+            self._link = None
+
+    def _open(self) -> "_Link":
+        with self._opening:  # one connect at a time; the others use what it opened
+            link = self._link
+            if link is None or link.error is not None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                sock, reader = self._connect()
+                sock.settimeout(None)  # the reader waits for as long as it takes; calls time out instead
+                link = self._link = _Link(sock, reader, self._timeout)
+            return link
+
+
+class _Link:
+    """One connection: what waits to be written, the calls waiting for replies (in wire order)."""
+
+    def __init__(self, sock: Any, reader: Any, timeout: float) -> None:
+        self.sock, self.reader, self.timeout = sock, reader, timeout
+        self.out: list[bytes] = []
+        self.waiting: deque[MuxPending] = deque()
+        self.writing = False
+        self.error: BaseException | None = None
+        gevent.spawn_raw(self._read_replies)
+
+    def send(self, data: bytes, count: int) -> "MuxPending":
+        if self.error is not None:
+            raise ConnectionError(f"Redis connection lost: {self.error}")
+        pending = MuxPending(self, count)
+        self.waiting.append(pending)  # appended together, never apart: wire order is reply order
+        self.out.append(data)
+        if not self.writing:
+            self.writing = True
+            if len(self.waiting) == 1:
+                self._write()  # nothing outstanding: at once, in this greenlet
+            else:
+                gevent.spawn_raw(self._write)  # with whatever else this turn of the loop sends
+        return pending
+
+    def _write(self) -> None:
+        try:
+            while self.out and self.error is None:
+                data = b"".join(self.out)
+                self.out.clear()
+                send_all(self.sock, data)  # may yield: what is appended meanwhile goes next
+        except OSError as exc:
+            self.fail(exc)
+        finally:
+            self.writing = False
+
+    def _read_replies(self) -> None:
+        try:
+            while True:
+                reply = self.reader.gets()
+                if reply is False:
+                    data = self.sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("Redis closed the connection")
+                    self.reader.feed(data)
+                    continue
+                if not self.waiting:
+                    raise ConnectionError("a reply nobody asked for: the connection is out of step")
+                head = self.waiting[0]
+                head.replies_in.append(reply)
+                if len(head.replies_in) == head.count:
+                    self.waiting.popleft()
+                    head.done.set()
+        except BaseException as exc:  # noqa: BLE001 - every waiting call must hear of it
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is not None:
+            return
+        self.error = exc
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        waiting, self.waiting = self.waiting, deque()
+        self.out.clear()
+        for pending in waiting:
+            pending.done.set()
+
+
+class MuxPending:
+    """Commands queued or sent on a shared connection; their replies once the reader has them."""
+
+    __slots__ = ("link", "count", "replies_in", "done", "read")
+
+    def __init__(self, link: _Link, count: int) -> None:
+        self.link, self.count = link, count
+        self.replies_in: list[Any] = []
+        self.done = gevent.event.Event()
+        self.read = False
+
+    def replies(self) -> list[Any]:
+        """Every reply, in order; raise the first error reply after reading them all."""
+        if self.read:
+            raise RuntimeError("replies already read")
+        self.read = True
+        if not self.done.wait(self.link.timeout):
+            self.link.fail(TimeoutError(f"no reply from Redis within {self.link.timeout:g} s"))
+        if len(self.replies_in) < self.count:
+            raise ConnectionError(f"Redis connection lost: {self.link.error}")
+        return checked(self.replies_in)
+
+    def discard(self) -> None:
+        """Give up on the replies: the reader still takes them off the connection."""
+        self.read = True
+
