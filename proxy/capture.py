@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.codec import f64_array, json_doc, pack, u32_array
 from proxy.upstream.base import Captured
+from proxy.upstream.ids_text import IdsText
 
 # Already captured as structured fields; not stored twice.
 _BULKY = ("prompt_token_ids", "prompt_logprobs", "sglext")
@@ -42,7 +43,8 @@ def build_record(*, session_id: str, seq: int, provider: str, stream: bool, mode
         "started_at": started_at,
         "finished_at": finished_at,
         "upstream_latency_ms": latency_ms,
-        "prompt_ids": u32_array(captured.prompt_ids),
+        "prompt_ids": (json_doc(None, captured.prompt_ids.text) if isinstance(captured.prompt_ids, IdsText)
+                       else u32_array(captured.prompt_ids)),
         "response_ids": u32_array(captured.response_ids),
         "response_logprobs": f64_array(captured.response_logprobs),
         "response_tokens": captured.response_tokens,

@@ -30,6 +30,7 @@ from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
 from proxy.token_in import TokenInCalls
 from proxy.upstream import UpstreamTransport
+from proxy.upstream.base import id_list
 
 CHAT_PATH = "/v1/chat/completions"
 T = TypeVar("T")
@@ -217,7 +218,7 @@ class Gateway:
             if plan is not None:
                 commands += self.token_in.turn_commands(
                     plan, sid, completion_id=completion_id, seq=call.seq, chat=chat, sampled=sampled,
-                    prompt_ids=captured.prompt_ids, response_ids=captured.response_ids,
+                    prompt_ids=id_list(captured.prompt_ids), response_ids=captured.response_ids,
                     finish_reason=captured.finish_reason)
         except ProxyError as err:
             self.fail(call.lease, call.provider.name, err, call.original, call.started)
@@ -295,7 +296,8 @@ class Gateway:
         return {**chat, "max_tokens": limit} if limit != chat.get("max_tokens") else chat
 
     def _post(self, chat: dict[str, Any], top_logprobs: int, sid: str) -> tuple[dict[str, Any], str]:
-        return self.pool.post_json(CHAT_PATH, self.engine.prepare(chat, top_logprobs=top_logprobs), affinity=sid)
+        return self.pool.post_json(CHAT_PATH, self.engine.prepare(chat, top_logprobs=top_logprobs), affinity=sid,
+                                   ids_text=getattr(self.engine, "ids_text_key", None))
 
     def _fit(self, chat: dict[str, Any], sid: str, context: int, refusal: EngineRefusal | None,
              rejected: UpstreamRejected | None) -> tuple[dict[str, Any], int]:

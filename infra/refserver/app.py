@@ -56,7 +56,8 @@ def _error(message: str, status: int) -> Response:
 
 
 def _ok(obj) -> Response:
-    return Response(json.dumps(obj, ensure_ascii=False), status=200, mimetype="application/json")
+    # Compact, as vLLM's server (Starlette's JSONResponse) writes its answers.
+    return Response(json.dumps(obj, ensure_ascii=False, separators=(",", ":")), status=200, mimetype="application/json")
 
 
 def parse_chat_output(text: str, parse_tools: bool) -> tuple[str | None, str | None, list[dict]]:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pipeline.errors import CaptureError
+from proxy.upstream.ids_text import IdsText
 
 
 @dataclass(frozen=True)
 class Captured:
-    prompt_ids: list[int]
+    prompt_ids: list[int] | IdsText  # IdsText: the engine's text of them, checked (``ids_text``)
     response_ids: list[int]
     response_logprobs: list[float]
     response_tokens: list[str] | None
@@ -30,6 +31,10 @@ class Captured:
 @runtime_checkable
 class Engine(Protocol):
     name: str
+
+    # A top-level key of the engine's answer holding the prompt's ids that the pool may leave as
+    # their JSON text (``ids_text``; ``extract`` then gets an ``IdsText`` there), or None.
+    ids_text_key: str | None
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]: ...
 
@@ -54,6 +59,11 @@ def token_ids(values: list[Any]) -> list[int]:
     except TypeError:
         pass
     return [int(t) for t in values]
+
+
+def id_list(ids: list[int] | IdsText) -> list[int]:
+    """Captured ids as a list, whichever way they were kept."""
+    return ids.ids() if isinstance(ids, IdsText) else ids
 
 
 def first_choice(response: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import UpstreamError, UpstreamRejected
+from proxy.upstream.ids_text import parse_answer
 from proxy.upstream.keepalive import KeepAliveTransport
 from proxy.upstream.transport import Unreachable, UpstreamTransport, reachable
 
@@ -38,9 +39,11 @@ class UpstreamPool:
         return sorted(self.urls, key=lambda u: hashlib.blake2b(f"{affinity}|{u}".encode(), digest_size=8).digest(),
                       reverse=True)
 
-    def post_json(self, path: str, body: dict[str, Any], *, affinity: str = "") -> tuple[dict[str, Any], str]:
+    def post_json(self, path: str, body: dict[str, Any], *, affinity: str = "",
+                  ids_text: str | None = None) -> tuple[dict[str, Any], str]:
         """POST to the session's endpoint (falling over when it cannot be reached); returns the
-        JSON answer and the endpoint that gave it."""
+        JSON answer and the endpoint that gave it. ``ids_text``: a top-level key of the answer
+        whose token ids stay JSON text (``ids_text.IdsText``) instead of being parsed."""
         payload = orjson.dumps(body)
         last: BaseException | None = None
         for base in self.order(affinity):
@@ -49,7 +52,7 @@ class UpstreamPool:
             except Unreachable as exc:
                 last = exc.__cause__
                 continue
-            return _json(status, data, base), base
+            return _json(status, data, base, ids_text), base
         raise UpstreamError(f"cannot reach any inference server ({', '.join(self.urls)}): {last}")
 
     def get_json(self, path: str, *, endpoint: str | None = None) -> dict[str, Any]:
@@ -64,14 +67,14 @@ class UpstreamPool:
         raise UpstreamError(f"inference server {path} failed: {last}")
 
 
-def _json(status: int, data: bytes, base: str) -> dict[str, Any]:
+def _json(status: int, data: bytes, base: str, ids_text: str | None = None) -> dict[str, Any]:
     if status >= 400:
         message = _error_message(data)
         if status < 500:
             raise UpstreamRejected(message, status=status, upstream_url=base)
         raise UpstreamError(f"inference server {base} error {status}: {message}")
     try:
-        parsed = orjson.loads(data)
+        parsed = parse_answer(data, ids_text)
     except orjson.JSONDecodeError:
         raise UpstreamError(f"inference server {base} returned invalid JSON") from None
     if not isinstance(parsed, dict):

@@ -16,6 +16,7 @@ class SGLangEngine:
     # SGLang refuses prompt + max_new_tokens >= its context length (vLLM only > it): one token
     # of the context is never an output limit's.
     context_reserve = 1
+    ids_text_key: str | None = None  # its prompt ids sit in each choice: parsed
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)

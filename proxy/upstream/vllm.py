@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.upstream.base import Captured, CaptureError, first_choice, token_ids
+from proxy.upstream.ids_text import IdsText
 
 
 class VLLMEngine:
     name = "vllm"
     score_path = "/v1/completions"
     context_reserve = 0  # prompt + max_tokens may fill the context exactly
+    ids_text_key: str | None = "prompt_token_ids"  # only counted and stored by the proxy: kept as text
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)
@@ -30,7 +32,7 @@ class VLLMEngine:
         choice = first_choice(response)
         prompt_ids = response.get("prompt_token_ids")
         response_ids = choice.get("token_ids")
-        if not isinstance(prompt_ids, list) or not isinstance(response_ids, list):
+        if not isinstance(prompt_ids, (list, IdsText)) or not isinstance(response_ids, list):
             raise CaptureError("upstream returned no token ids; it must support vLLM's "
                                "return_token_ids (vLLM >= 0.10.2)")
         content = (choice.get("logprobs") or {}).get("content")
@@ -38,7 +40,7 @@ class VLLMEngine:
             raise CaptureError(f"upstream logprobs ({len(content) if isinstance(content, list) else 'none'}) "
                                f"do not align with its {len(response_ids)} token ids")
         return Captured(
-            prompt_ids=token_ids(prompt_ids),
+            prompt_ids=prompt_ids if isinstance(prompt_ids, IdsText) else token_ids(prompt_ids),
             response_ids=token_ids(response_ids),
             response_logprobs=[float(e["logprob"]) for e in content],
             response_tokens=[str(e.get("token", "")) for e in content],
