@@ -5,15 +5,17 @@ Sent one by one, every round trip costs Redis a wake-up, a read and a write (~60
 on the machines of bench/, against ~2 us per command) and the worker two syscalls. Here every
 call's commands go on one connection: a call that finds it idle writes at once (a lone call
 waits no longer than before); a call that finds replies outstanding appends its commands, and
-everything appended in one turn of the event loop leaves in one write. Redis answers in order,
-so a reader greenlet hands each call its own replies.
+everything appended in one turn of the event loop leaves in one write. Redis answers in order.
+Whoever waits for replies and finds nobody reading reads, for everyone: it hands each call its
+replies as they come and, once it has its own, passes the reading on to the next caller still
+waiting. A lone call so reads its own replies, as it would on a connection of its own.
 
 A call's commands are contiguous on the wire (a MULTI/EXEC stays whole). If the connection
 fails, every call waiting on it fails with ``ConnectionError`` (the proxy answers 503, nothing
-unrecorded is answered) and the next call opens a new one; a Redis that closes an idle connection
-(a restart) is noticed by the reader at once, so no call is sent on a dead socket it knew of.
-A reply later than ``timeout`` fails the connection too: its replies can no longer be matched.
-Only under gevent (``HotRedis`` keeps a pool of connections otherwise).
+unrecorded is answered) and the next call opens a new one. A connection found readable while
+nothing is outstanding was closed by Redis (a restart) and is replaced before anything is sent
+on it. A reply later than ``timeout`` fails the connection too: its replies can no longer be
+matched. Only under gevent (``HotRedis`` keeps a pool of connections otherwise).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import Any, Callable
 import gevent
 import gevent.event
 import gevent.lock
+from gevent import monkey
 
 from proxy.hot_redis import checked, send_all
 
 Connection = Any  # (socket, hiredis.Reader), as HotRedis._connect makes them
+_poll = monkey.get_original("select", "poll")  # the kernel's own: a zero timeout never yields
 
 
 class Multiplexed:
@@ -42,7 +46,7 @@ class Multiplexed:
     def send(self, data: bytes, count: int) -> "MuxPending":
         """Queue ``count`` packed commands; ``replies()`` of what this returns waits for theirs."""
         link = self._link
-        if link is None or link.error is not None or self._pid != os.getpid():
+        if link is None or not link.usable() or self._pid != os.getpid():
             link = self._open()
         return link.send(data, count)
 
@@ -54,10 +58,10 @@ class Multiplexed:
     def _open(self) -> "_Link":
         with self._opening:  # one connect at a time; the others use what it opened
             link = self._link
-            if link is None or link.error is not None or self._pid != os.getpid():
+            if link is None or not link.usable() or self._pid != os.getpid():
                 self._pid = os.getpid()
                 sock, reader = self._connect()
-                sock.settimeout(None)  # the reader waits for as long as it takes; calls time out instead
+                sock.settimeout(self._timeout)  # a reader waiting longer fails the connection
                 link = self._link = _Link(sock, reader, self._timeout)
             return link
 
@@ -69,13 +73,22 @@ class _Link:
         self.sock, self.reader, self.timeout = sock, reader, timeout
         self.out: list[bytes] = []
         self.waiting: deque[MuxPending] = deque()
-        self.writing = False
+        self.writing = self.reading = False
         self.error: BaseException | None = None
-        gevent.spawn_raw(self._read_replies)
+        self._idle_check = _poll()
+        self._idle_check.register(sock.fileno(), 1)  # POLLIN
+
+    def usable(self) -> bool:
+        """Not failed, and not closed by Redis while idle (readable with nothing outstanding:
+        the end of the stream, or bytes nobody asked for). One poll, and only when idle."""
+        if self.error is not None:
+            return False
+        if not self.waiting and self._idle_check.poll(0):
+            self.fail(ConnectionError("Redis closed the idle connection"))
+            return False
+        return True
 
     def send(self, data: bytes, count: int) -> "MuxPending":
-        if self.error is not None:
-            raise ConnectionError(f"Redis connection lost: {self.error}")
         pending = MuxPending(self, count)
         self.waiting.append(pending)  # appended together, never apart: wire order is reply order
         self.out.append(data)
@@ -98,12 +111,14 @@ class _Link:
         finally:
             self.writing = False
 
-    def _read_replies(self) -> None:
+    def read_until(self, pending: "MuxPending") -> None:
+        """Read replies for every waiting call, in order, until ``pending`` has all of its own."""
+        self.reading = True
         try:
-            while True:
+            while not pending.complete and self.error is None:
                 reply = self.reader.gets()
                 if reply is False:
-                    data = self.sock.recv(65536)
+                    data = self.sock.recv(65536)  # the socket's timeout bounds the wait
                     if not data:
                         raise ConnectionError("Redis closed the connection")
                     self.reader.feed(data)
@@ -114,9 +129,19 @@ class _Link:
                 head.replies_in.append(reply)
                 if len(head.replies_in) == head.count:
                     self.waiting.popleft()
-                    head.done.set()
+                    head.complete = True
+                    head.wake()
         except BaseException as exc:  # noqa: BLE001 - every waiting call must hear of it
-            self.fail(exc)
+            self.fail(exc if not isinstance(exc, TimeoutError)
+                      else TimeoutError(f"no reply from Redis within {self.timeout:g} s"))
+            if not isinstance(exc, Exception):
+                raise  # (a killed greenlet stays killed)
+        finally:
+            self.reading = False
+            for other in self.waiting:  # the first caller still waiting reads on
+                if other.active:
+                    other.wake()
+                    break
 
     def fail(self, exc: BaseException) -> None:
         if self.error is not None:
@@ -129,32 +154,49 @@ class _Link:
         waiting, self.waiting = self.waiting, deque()
         self.out.clear()
         for pending in waiting:
-            pending.done.set()
+            pending.wake()
 
 
 class MuxPending:
-    """Commands queued or sent on a shared connection; their replies once the reader has them."""
+    """Commands queued or sent on a shared connection; their replies once someone has read them."""
 
-    __slots__ = ("link", "count", "replies_in", "done", "read")
+    __slots__ = ("link", "count", "replies_in", "done", "complete", "read", "active")
 
     def __init__(self, link: _Link, count: int) -> None:
         self.link, self.count = link, count
         self.replies_in: list[Any] = []
-        self.done = gevent.event.Event()
-        self.read = False
+        # Set when complete, failed, or this call's turn to read; made only by a caller that has
+        # to wait (a lone call reads its replies itself and never needs one).
+        self.done: gevent.event.Event | None = None
+        self.complete = self.read = False
+        self.active = False  # its caller waits in replies()
+
+    def wake(self) -> None:
+        if self.done is not None:
+            self.done.set()
 
     def replies(self) -> list[Any]:
         """Every reply, in order; raise the first error reply after reading them all."""
         if self.read:
             raise RuntimeError("replies already read")
-        self.read = True
-        if not self.done.wait(self.link.timeout):
-            self.link.fail(TimeoutError(f"no reply from Redis within {self.link.timeout:g} s"))
-        if len(self.replies_in) < self.count:
-            raise ConnectionError(f"Redis connection lost: {self.link.error}")
+        self.read = self.active = True
+        link = self.link
+        try:
+            while not self.complete and link.error is None:
+                if not link.reading:
+                    link.read_until(self)
+                    continue
+                if self.done is None:
+                    self.done = gevent.event.Event()
+                if not self.done.wait(link.timeout):
+                    link.fail(TimeoutError(f"no reply from Redis within {link.timeout:g} s"))
+                self.done.clear()  # woken to read (the reader is done), or complete, or failed
+        finally:
+            self.active = False
+        if not self.complete:
+            raise ConnectionError(f"Redis connection lost: {link.error}")
         return checked(self.replies_in)
 
     def discard(self) -> None:
-        """Give up on the replies: the reader still takes them off the connection."""
+        """Give up on the replies: whoever reads next takes them off the connection."""
         self.read = True
-

@@ -131,6 +131,23 @@ def discard(server: EmbeddedRedis) -> dict:
     return {"next": repr(hot.pipeline([("ECHO", "mine"), ("GET", "n")]))}
 
 
+def out_of_order(server: EmbeddedRedis) -> dict:
+    """Callers reading in another order than they sent, one of them never reading: whoever reads
+    first reads for the others, and each still gets its own replies."""
+    hot = HotRedis(server.url)
+    hot.pipeline([("SET", "n", 0)])
+    first = hot.send([("INCR", "n"), ("ECHO", "first")])
+    dropped = hot.send([("INCR", "n")])
+    last = hot.send([("INCR", "n"), ("ECHO", "last")])
+    dropped.discard()
+    got: dict[str, str] = {}
+    readers = [gevent.spawn(lambda: got.__setitem__("last", repr(last.replies()))),
+               gevent.spawn(lambda: got.__setitem__("first", repr(first.replies())))]
+    gevent.joinall(readers, raise_error=True)
+    got["after"] = repr(hot.pipeline([("GET", "n")]))
+    return got
+
+
 if __name__ == "__main__":
     srv = EmbeddedRedis().start()
     try:

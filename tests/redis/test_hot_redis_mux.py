@@ -52,3 +52,7 @@ def test_a_late_reply_fails_the_call_at_the_timeout_and_a_new_connection_serves_
 
 def test_a_discarded_calls_replies_do_not_reach_the_next_call():
     assert scenario("discard") == {"next": "[b'mine', b'2']"}
+
+
+def test_callers_reading_out_of_order_or_not_at_all_each_get_their_own_replies():
+    assert scenario("out_of_order") == {"last": "[3, b'last']", "first": "[1, b'first']", "after": "[b'3']"}
