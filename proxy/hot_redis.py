@@ -56,7 +56,7 @@ class HotRedis:
         self._db = int(db) if db.isdigit() else 0
         self._shared: Any = None
         if _gevent_sockets():
-            from proxy.hot_redis_mux import Multiplexed
+            from proxy.hot_redis_mux import Multiplexed  # (imported here: it imports this module)
 
             self._shared = Multiplexed(self._connect, timeout)
 

@@ -36,6 +36,10 @@ def _reference_model_extra() -> str | None:
     return None
 
 
+def _valgrind() -> str | None:
+    return None if shutil.which("valgrind") else "needs valgrind (apt-get install valgrind)"
+
+
 def _podman_and_test_image() -> str | None:
     if not shutil.which("podman"):
         return "needs podman (infra/images/install_host_runtimes.sh)"
@@ -69,12 +73,15 @@ BENCHMARKS = {b.name: b for b in (
               default=False, requires=_podman_and_test_image),
     Benchmark("token_in", "bench/token_in_bench.py", "what splicing a call as token ids adds (reference server)",
               default=False, requires=_reference_model_extra),
+    Benchmark("proxy_instructions", "bench/proxy_instructions.py",
+              "the proxy's own instructions per call (callgrind): repeatable where timings are not",
+              default=False, requires=_valgrind),
 )}
 
 ONLY_HELP = "Comma-separated: " + ", ".join(BENCHMARKS) + "."
 EPILOG = ("By default: " + ", ".join(n for n, b in BENCHMARKS.items() if b.default) + "; --all adds "
-          + ", ".join(n for n, b in BENCHMARKS.items() if not b.default) + " (runtime needs podman and the test "
-          "image).\n\nExit 0 when every goal is met, 1 when one is missed, 2 when a benchmark could not run "
+          + ", ".join(n for n, b in BENCHMARKS.items() if not b.default) + " (proxy_instructions needs valgrind, "
+          "runtime podman and the test image).\n\nExit 0 when every goal is met, 1 when one is missed, 2 when a benchmark could not run "
           "(its error is shown). A benchmark skipped here (not available, or needing what the host lacks) "
           "is listed as skipped and does not change the exit code.")
 

@@ -48,3 +48,13 @@ def test_proxy_bench_requests_and_the_fake_engines_agent_turn():
     captured = upstream.create("vllm").extract(answer)  # the shape the proxy records from vLLM
     assert len(captured.prompt_ids) == len(raw) // 4 and len(captured.response_ids) == 48
     assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+
+
+def test_proxy_instructions_drives_model_calls_through_the_proxy_app(r, redis_url):
+    from bench import proxy_instructions
+    from tests.support import records, running_session
+
+    key = running_session(redis_url)
+    proxy_instructions.drive(2, redis_url, key, "coding_turns")
+    done, _ = records(redis_url, key)
+    assert len(done) == 22 and all(len(c["prompt_ids"]) == 1144 and len(c["response_ids"]) == 48 for c in done)
