@@ -85,6 +85,7 @@ class LeaseKeeper:
         self._held: dict[str, StageLease] = {}  # token -> lease
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._next_beat: float | None = None  # when the thread wakes to renew (None: idle)
 
     @classmethod
     def of(cls, r: redis.Redis) -> "LeaseKeeper":
@@ -101,8 +102,11 @@ class LeaseKeeper:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="polar-leases", daemon=True)
                 self._thread.start()
-            else:
-                self._changed.notify()  # plans its next beat again (an idle thread: the first one)
+            elif self._next_beat is None or self._next_beat > time.monotonic() + lease.ttl_ms / 3000.0:
+                # Idle, or this lease needs renewing before the planned beat: plan again. Else the
+                # planned beat renews it in time and the thread sleeps on (waking a thread per
+                # stage cost about as much CPU as the beat).
+                self._changed.notify()
 
     def drop(self, lease: StageLease) -> None:
         with self._changed:
@@ -120,7 +124,7 @@ class LeaseKeeper:
                     if now - idle_since > IDLE_EXIT_SECONDS:
                         self._thread = None  # the next hold() starts a new one
                         return
-                    next_beat = None
+                    next_beat = self._next_beat = None
                     self._changed.wait(IDLE_EXIT_SECONDS)
                     continue
                 idle_since = None
@@ -129,9 +133,10 @@ class LeaseKeeper:
                 # TTL from now at the latest.
                 next_beat = min(next_beat, now + period) if next_beat is not None else now + period
                 if now < next_beat:
+                    self._next_beat = next_beat
                     self._changed.wait(next_beat - now)
                     continue
-                next_beat = None
+                next_beat = self._next_beat = None
                 held = list(self._held.values())
             self._beat(held)
 

@@ -173,3 +173,21 @@ def test_a_lease_taken_after_the_keeper_went_idle_is_still_renewed(d, sid):
         assert held(d.stores.r, sid, Stage.RUN) and not second.lost.is_set()
     finally:
         second.release()
+
+
+def test_leases_taken_while_a_beat_is_planned_are_renewed_in_time(d, sid):
+    """A new lease wakes the keeper only when the planned beat would come too late for it: one of
+    the same TTL rides on the planned beat, a shorter one gets an earlier beat."""
+    slow = StageLease(d.stores.r, sid, Stage.INIT, 30)  # planned beat: 10 s away
+    assert slow.acquire()
+    time.sleep(0.1)
+    same = StageLease(d.stores.r, sid, Stage.RUN, 30)
+    short = StageLease(d.stores.r, sid, Stage.POSTRUN, 0.3)  # needs a beat within 0.1 s
+    assert same.acquire() and short.acquire()
+    try:
+        time.sleep(1.2)  # four times the short one's TTL
+        assert held(d.stores.r, sid, Stage.POSTRUN) and not short.lost.is_set()
+        assert held(d.stores.r, sid, Stage.INIT) and held(d.stores.r, sid, Stage.RUN)
+    finally:
+        for lease in (slow, same, short):
+            lease.release()
