@@ -74,7 +74,9 @@ def instructions(tree: Path, calls: int, redis_url: str, key: str, case: str) ->
         run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                               str(ROOT / "bench" / "proxy_instructions.py"), "--drive", str(tree), str(calls),
                               redis_url, key, case],
-                             cwd=tree, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+                             cwd=tree, capture_output=True, text=True,
+                             # as the CLI starts a proxy: numpy's OpenBLAS without its idle threads
+                             env={**os.environ, "PYTHONPATH": str(tree), "OPENBLAS_NUM_THREADS": "1"})
         found = re.search(r"Collected : (\d+)", run.stderr)
         if run.returncode != 0 or not found:
             raise SystemExit(f"callgrind run failed in {tree}:\n{run.stderr[-2000:]}")
