@@ -79,8 +79,21 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
         raise BadRequest("contents is not specified", param="contents")
     messages = _system(body.get("systemInstruction"))
     pending: dict[str, list[str]] = {}  # name -> ids of calls not answered yet
+    # Consecutive model contents are one turn: the genai SDK's streaming chat and automatic
+    # function calling keep each streamed chunk (thought, text, functionCall) as a Content of its
+    # own. As separate assistant messages they would render other tokens than were sampled.
+    model_run: list[tuple[int, list[Any]]] = []
     for i, content in enumerate(contents):
-        messages.extend(_content(content, i, pending))
+        role, parts = _role_parts(content, i)
+        if role == "model":
+            model_run.append((i, parts))
+            continue
+        if model_run:
+            messages.append(_model_turn(model_run, pending))
+            model_run = []
+        messages.extend(_user_content(parts, f"contents[{i}]", pending))
+    if model_run:
+        messages.append(_model_turn(model_run, pending))
     chat: dict[str, Any] = {"model": model, "messages": messages}
     cfg = body.get("generationConfig") or {}
     if not isinstance(cfg, dict):
@@ -138,16 +151,17 @@ def _system(instruction: Any) -> list[dict[str, Any]]:
     raise BadRequest("systemInstruction must be a Content object", param="systemInstruction")
 
 
-def _content(content: Any, i: int, pending: dict[str, list[str]]) -> list[dict[str, Any]]:
+def _role_parts(content: Any, i: int) -> tuple[str, list[Any]]:
     where = f"contents[{i}]"
     if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
         raise BadRequest(f"{where}.parts must be a list", param=f"{where}.parts")
     role = content.get("role") or "user"
     if role not in ("user", "model", "function", "tool"):
         raise BadRequest(f"{where}.role must be 'user' or 'model'", param=f"{where}.role")
-    parts = content["parts"]
-    if role == "model":
-        return [_model_turn(parts, where, i, pending)]
+    return role, content["parts"]
+
+
+def _user_content(parts: list[Any], where: str, pending: dict[str, list[str]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     user_parts: list[dict[str, Any]] = []
     for j, p in enumerate(parts):
@@ -167,23 +181,26 @@ def _content(content: Any, i: int, pending: dict[str, list[str]]) -> list[dict[s
     return out
 
 
-def _model_turn(parts: list[Any], where: str, i: int, pending: dict[str, list[str]]) -> dict[str, Any]:
+def _model_turn(run: list[tuple[int, list[Any]]], pending: dict[str, list[str]]) -> dict[str, Any]:
+    """One assistant message from the parts of one or more consecutive model contents."""
     text: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
-    for j, p in enumerate(parts):
-        if not isinstance(p, dict):
-            raise BadRequest(f"{where}.parts[{j}] must be an object", param=f"{where}.parts[{j}]")
-        if isinstance(p.get("functionCall"), dict):
-            fc = p["functionCall"]
-            if not isinstance(fc.get("name"), str):
-                raise BadRequest(f"{where}.parts[{j}].functionCall.name is required", param=where)
-            call_id = fc.get("id") or f"call_{i}_{j}"
-            pending.setdefault(fc["name"], []).append(call_id)
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {})}})
-        elif isinstance(p.get("text"), str):
-            (reasoning if p.get("thought") else text).append(p["text"])
+    for i, parts in run:
+        where = f"contents[{i}]"
+        for j, p in enumerate(parts):
+            if not isinstance(p, dict):
+                raise BadRequest(f"{where}.parts[{j}] must be an object", param=f"{where}.parts[{j}]")
+            if isinstance(p.get("functionCall"), dict):
+                fc = p["functionCall"]
+                if not isinstance(fc.get("name"), str):
+                    raise BadRequest(f"{where}.parts[{j}].functionCall.name is required", param=where)
+                call_id = fc.get("id") or f"call_{i}_{j}"
+                pending.setdefault(fc["name"], []).append(call_id)
+                calls.append({"id": call_id, "type": "function",
+                              "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {})}})
+            elif isinstance(p.get("text"), str):
+                (reasoning if p.get("thought") else text).append(p["text"])
     return assistant_history_message(text, reasoning, calls)
 
 

@@ -92,6 +92,31 @@ def test_google_genai_top_k_is_sent_as_a_float_and_taken(ref_stack):
     assert info.value.code == 400 and "topK" in str(info.value)
 
 
+def test_google_genai_streamed_chat_history_is_one_turn_per_answer(ref_stack):
+    # The SDK's streaming chat keeps each streamed chunk (thought, each functionCall) as a model
+    # Content of its own; the next call must still render the turn exactly as it was sampled.
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{ref_stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    tool = gt.Tool(function_declarations=[gt.FunctionDeclaration(
+        name="get_weather", description="Current weather of a city",
+        parameters_json_schema={"type": "object", "properties": {"city": {"type": "string"}}})])
+    chat = sdk.chats.create(model="sdk-tools", config=gt.GenerateContentConfig(
+        tools=[tool], automatic_function_calling=gt.AutomaticFunctionCallingConfig(disable=True),
+        thinking_config=gt.ThinkingConfig(include_thoughts=True)))
+    calls = [p.function_call for chunk in chat.send_message_stream(QUESTION)
+             for p in chunk.candidates[0].content.parts if p.function_call]
+    assert [h.role for h in chat.get_history()].count("model") == 3  # the thought and two calls, apart
+    answers = [gt.Part(function_response=gt.FunctionResponse(name=c.name, id=c.id, response={"output": w}))
+               for c, w in zip(calls, ("sunny", "rainy"))]
+    text = "".join(chunk.text or "" for chunk in chat.send_message_stream(answers))
+    assert text == "Paris is sunny and Rome is rainy."  # the policy saw one assistant turn, not three
+    first, second = records(ref_stack, key)
+    assert [m["role"] for m in second["normalized_request"]["messages"]] == ["user", "assistant", "tool", "tool"]
+    sampled = list(first["prompt_ids"]) + list(first["response_ids"])
+    assert list(second["prompt_ids"][:len(sampled)]) == sampled
+
+
 @pytest.mark.parametrize("body", [
     {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]},
     {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}],

@@ -224,6 +224,23 @@ def test_gemini_ids_are_preserved_or_synthesised_consistently():
     assert [(m["tool_call_id"], m["content"]) for m in msgs[2:]] == [("given", "x"), ("call_1_1", "A"), ("call_1_2", "no")]
 
 
+def test_gemini_consecutive_model_contents_are_one_assistant_turn():
+    # A streamed turn as the genai SDK's chat keeps it: one model Content per chunk.
+    whole = {"role": "model", "parts": [{"text": "plan", "thought": True}, {"text": "Let me look."},
+                                        {"functionCall": {"name": "read", "args": {"p": "a"}, "id": "c1"}}]}
+    split = [{"role": "model", "parts": [p]} for p in whole["parts"]] + [{"role": "model", "parts": []}]
+    user = {"role": "user", "parts": [{"text": "go"}]}
+    answer = {"role": "user", "parts": [{"functionResponse": {"name": "read", "id": "c1", "response": {"output": "A"}}}]}
+    merged = G.parse({"contents": [user, *split, answer]}, path_model="m").chat["messages"]
+    assert merged == G.parse({"contents": [user, whole, answer]}, path_model="m").chat["messages"]
+    assert [m["role"] for m in merged] == ["user", "assistant", "tool"]
+    # a user content between two model contents keeps them apart
+    apart = G.parse({"contents": [user, split[1], user, split[1]]}, path_model="m").chat["messages"]
+    assert [m["role"] for m in apart] == ["user", "assistant", "user", "assistant"]
+    with pytest.raises(BadRequest, match=r"contents\[2\]\.parts\[0\]"):  # errors still name the content
+        G.parse({"contents": [user, split[0], {"role": "model", "parts": ["x"]}]}, path_model="m")
+
+
 def test_gemini_openapi_schema_and_tool_config():
     chat = G.parse({"contents": [{"parts": [{"text": "x"}]}],
                     "tools": [{"functionDeclarations": [
