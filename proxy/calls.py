@@ -271,6 +271,10 @@ class _Job:
 
 def json_body(req: Request) -> Any:
     raw = req.get_data(cache=True)
+    limit = req.max_content_length
+    if limit is not None and len(raw) >= limit and req.content_length is None and _more_input(req):
+        # A chunked body (no Content-Length) is cut at the limit by werkzeug without an error.
+        raise RequestEntityTooLarge()
     try:
         # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
         body = orjson.loads(raw)
@@ -281,6 +285,14 @@ def json_body(req: Request) -> Any:
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting_depth_exceeds(body, MAX_JSON_DEPTH):
         raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
     return body
+
+
+def _more_input(req: Request) -> bool:
+    stream = req.environ.get("wsgi.input")
+    try:
+        return bool(stream is not None and stream.read(1))
+    except (OSError, ValueError):
+        return False
 
 
 def json_response(payload: Any, status: int = 200) -> Response:

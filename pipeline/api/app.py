@@ -72,7 +72,7 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
 
     @app.post("/rollout/task/submit")
     def submit() -> Response:
-        task = _parse_task(request.get_data(cache=False), settings)
+        task = _parse_task(_body(), settings)
         try:
             specs = tasks.create(task)  # its sessions' INIT messages queued in the same transaction
         except TaskExists:
@@ -192,6 +192,18 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
 def _no_result(session_id: str) -> ApiError:
     return ApiError(404, "not_found", f"no result for session {session_id!r} (not finished, or past "
                                       "POLAR_RESULT_TTL_SECONDS and POLAR_RESULTS_KEEP_DAYS)")
+
+
+def _body() -> bytes:
+    """The request's body; werkzeug cuts one sent chunked (no Content-Length) at the limit without
+    an error, so a body that reached the limit with more to come is refused here."""
+    raw = request.get_data(cache=False)
+    limit = request.max_content_length
+    if limit is not None and len(raw) >= limit and request.content_length is None:
+        stream = request.environ.get("wsgi.input")
+        if stream is not None and stream.read(1):
+            raise RequestEntityTooLarge()
+    return raw
 
 
 def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:

@@ -130,3 +130,20 @@ def test_hostile_bodies_get_4xx_and_the_servers_stay_up(fake_stack):
             assert 400 <= status < 500, (path, raw[:40], status)
     assert httpx.get(f"{proxy}/health", timeout=10).status_code == 200
     assert call("chat", clients(fake_stack, key), "fake").choices[0].message.content == "ok"
+
+
+def test_an_oversized_chunked_body_is_413_as_with_a_length(fake_stack):
+    # werkzeug cuts a body without Content-Length at the limit (1 MB here) and says nothing.
+    key = running_session(fake_stack.settings.redis_url)
+    proxy = fake_stack.settings.proxy_url
+    head = b'{"model": "fake", "max_tokens": 4, "messages": [{"role": "user", "content": "'
+    for size, status in ((1_000_001, 413), (3_000_000, 413), (1_000_000, 200)):
+        body = head + b"a" * (size - len(head) - 4) + b'"}]}'
+        assert len(body) == size
+        for path in (f"/s/{key}/v1/chat/completions", f"/s/{key}/v1/messages"):
+            for chunked in (False, True):
+                answer = httpx.post(f"{proxy}{path}", content=iter([body[:1000], body[1000:]]) if chunked else body,
+                                    headers={"content-type": "application/json"}, timeout=30)
+                assert answer.status_code == status, (size, path.rsplit("/", 1)[-1], chunked, answer.text[:200])
+                if status == 413:
+                    assert "exceeds 1000000 bytes" in answer.text
