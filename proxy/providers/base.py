@@ -117,6 +117,18 @@ class Turn:
     def stopped_on_sequence(self) -> bool:
         return self.finish_reason == "stop" and isinstance(self.stop_reason, str)
 
+    @property
+    def reasoning_tokens(self) -> int:
+        """How many of the sampled tokens were thinking: up to and including the reasoning
+        parser's closing ``</think>`` token (Qwen3 / DeepSeek-R1 style, as the engine split the
+        turn); all of them when the turn is reasoning only (cut while thinking); 0 when unknown."""
+        if not self.reasoning:
+            return 0
+        for i, entry in enumerate(self.logprobs or ()):
+            if isinstance(entry, dict) and str(entry.get("token", "")).strip() == "</think>":
+                return i + 1
+        return self.completion_tokens if not self.content and not self.tool_calls else 0
+
 
 def turn_from_chat(upstream: dict[str, Any], model: str | None) -> Turn:
     """Read an OpenAI-Chat-shaped engine answer (vLLM or SGLang) into a Turn."""

@@ -345,8 +345,11 @@ class Google(ProviderBase):
         return Parsed(chat=chat, stream=stream, model=path_model, top_logprobs=extra["top"], extra=extra)
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
-        usage = {"promptTokenCount": turn.prompt_tokens, "candidatesTokenCount": turn.completion_tokens,
+        thoughts = turn.reasoning_tokens  # Gemini counts thinking apart from the candidates
+        usage = {"promptTokenCount": turn.prompt_tokens, "candidatesTokenCount": turn.completion_tokens - thoughts,
                  "totalTokenCount": turn.total_tokens}
+        if thoughts:
+            usage["thoughtsTokenCount"] = thoughts
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts(turn, parsed.extra["include_thoughts"])},
                                      "finishReason": finish_reason(turn), "index": 0}
         if parsed.extra["logprobs"]:

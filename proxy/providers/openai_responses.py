@@ -229,7 +229,7 @@ def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
 
 def usage(turn: Turn) -> dict[str, Any]:
     return {"input_tokens": turn.prompt_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": turn.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": turn.completion_tokens, "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens},
             "total_tokens": turn.total_tokens}
 
 
@@ -302,6 +302,11 @@ class OpenAIResponses(ProviderBase):
             return stored_items.page(stored_items.context_items(stored, lambda rid: scope.responses.load(scope.session_id, rid)), scope.query)
         if route.kind == "cancel_stored":  # nothing runs in the background here: every call is answered as it runs
             raise BadRequest("Only responses created with background=true can be cancelled; this one has already finished.")
+        if str(scope.query.get("stream", "")).lower() in ("true", "1"):
+            # Replaying a response's events is for background responses; answered as JSON, the
+            # SDK's retrieve(stream=True) would silently yield nothing.
+            raise BadRequest("Streaming a stored response is only supported for responses created with "
+                             "background=true; retrieve it without `stream`.", param="stream")
         response: dict[str, Any] = stored["response"]
         return response
 
@@ -334,7 +339,10 @@ class OpenAIResponses(ProviderBase):
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
         cut = turn.finish_reason == "length"
         response = self.shell(parsed, "incomplete" if cut else "completed")
-        response.update(output=output_items(turn, parsed), usage=usage(turn),
+        output = output_items(turn, parsed)
+        if cut and output:  # the item the limit stopped
+            output[-1]["status"] = "incomplete"
+        response.update(output=output, usage=usage(turn),
                         incomplete_details={"reason": "max_output_tokens"} if cut else None)
         return response
 

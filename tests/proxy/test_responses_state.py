@@ -48,6 +48,9 @@ def test_a_deleted_response_is_gone(ref_stack):
     sdk = client(ref_stack, key)
     r = sdk.responses.create(model="tiny", input="Hi.", max_output_tokens=4)
     assert sdk.responses.retrieve(r.id).id == r.id
+    with pytest.raises(openai.BadRequestError) as info:  # no background responses: nothing to replay
+        list(sdk.responses.retrieve(r.id, stream=True))
+    assert info.value.param == "stream" and "background=true" in info.value.message
     assert sdk.responses.delete(r.id) is None  # the SDK returns nothing for a delete
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(r.id)

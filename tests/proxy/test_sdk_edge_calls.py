@@ -117,6 +117,26 @@ def test_google_genai_streamed_chat_history_is_one_turn_per_answer(ref_stack):
     assert list(second["prompt_ids"][:len(sampled)]) == sampled
 
 
+def test_thinking_tokens_are_counted_apart_in_responses_and_gemini_usage(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    answered = sdk.responses.create(model="sdk-think", input="6*7?")
+    with sdk.responses.stream(model="sdk-think", input="6*7?") as stream:
+        streamed = stream.get_final_response()
+    gemini = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{ref_stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    usage = gemini.models.generate_content(model="sdk-think", contents="6*7?").usage_metadata
+    recs = records(ref_stack, key)
+    thinking = [r["response_tokens"].index("</think>") + 1 for r in recs]  # as the tokenizer split the turn
+    assert thinking[0] > 1 and len(set(thinking)) == 1
+    for response, rec in zip((answered, streamed), recs):
+        assert response.usage.output_tokens_details.reasoning_tokens == thinking[0]
+        assert response.usage.output_tokens == len(rec["response_ids"])
+    assert usage.thoughts_token_count == thinking[0]
+    assert usage.candidates_token_count + usage.thoughts_token_count == len(recs[2]["response_ids"])
+    assert usage.total_token_count == usage.prompt_token_count + len(recs[2]["response_ids"])
+
+
 @pytest.mark.parametrize("body", [
     {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]},
     {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}],

@@ -168,6 +168,28 @@ def test_responses_output_items_validate_with_the_sdk():
     assert resp.usage.total_tokens == 8 and resp.status == "completed"
     cut = Response.model_validate(R.render(turn(finish="length"), parsed))
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert [o.status for o in cut.output] == ["incomplete"]  # the message the limit stopped
+    thinking = Response.model_validate(R.render(turn(content=None, reasoning="still thinking", finish="length"), parsed))
+    assert [(o.type, o.status) for o in thinking.output] == [("reasoning", "incomplete")]
+    assert [o.status for o in resp.output] == ["completed"] * 4
+
+
+def test_reasoning_tokens_are_reported_apart_in_responses_and_gemini_usage():
+    tokens = ["<think>", "\n", "plan", "\n", "</think>", "\n\n", "done"]
+    thought = turn(content="done", reasoning="plan")
+    thought.logprobs = [{"token": t, "logprob": -0.1} for t in tokens]
+    thought.completion_tokens = len(tokens)
+    assert thought.reasoning_tokens == 5
+    resp = Response.model_validate(R.render(thought, R.parse({"model": "m", "input": "x"})))
+    assert resp.usage.output_tokens_details.reasoning_tokens == 5 and resp.usage.output_tokens == 7
+    usage = gt.GenerateContentResponse.model_validate(
+        G.render(thought, G.parse({"contents": [{"parts": [{"text": "x"}]}]}, path_model="m"))).usage_metadata
+    assert (usage.thoughts_token_count, usage.candidates_token_count, usage.total_token_count) == (5, 2, 12)
+    cut = turn(content=None, reasoning="still")  # cut while thinking: every token was thinking
+    assert cut.reasoning_tokens == cut.completion_tokens == 3
+    assert turn(content="hi").reasoning_tokens == 0
+    plain = G.render(turn(content="hi"), G.parse({"contents": [{"parts": [{"text": "x"}]}]}, path_model="m"))
+    assert plain["usageMetadata"] == {"promptTokenCount": 5, "candidatesTokenCount": 3, "totalTokenCount": 8}
 
 
 @pytest.mark.parametrize("body, error", [
