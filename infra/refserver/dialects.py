@@ -91,10 +91,13 @@ class ChatResult:
     content: str | None
     tool_calls: list[dict]  # OpenAI-shaped, as hermes.parse_tool_calls returns them
     logprobs_k: int | None  # None: logprobs not requested; else the number of alternatives
+    forced_tool: bool = False  # tool_choice named a function
 
     @property
     def finish_reason(self) -> str:
-        return "tool_calls" if self.tool_calls and self.gen.finish_reason == "stop" else self.gen.finish_reason
+        # As vLLM's resolve_finish_reason: a forced named function reports "stop", as OpenAI does.
+        called = self.tool_calls and self.gen.finish_reason == "stop" and not self.forced_tool
+        return "tool_calls" if called else self.gen.finish_reason
 
 
 def _chat_envelope(result: ChatResult, choice: dict, resp_id: str, created: int) -> dict:

@@ -78,6 +78,18 @@ def test_anthropic_defined_client_tools_reach_the_policy_with_their_inputs(ref_s
         assert field in info.value.message or field.split(".")[-1] in info.value.message
 
 
+def test_a_forced_tool_answered_as_stop_by_the_engine_is_still_a_tool_turn(ref_stack):
+    # vLLM finishes a forced named function with "stop" (not "tool_calls"); clients see the calls.
+    key = running_session(ref_stack.settings.redis_url)
+    weather = {"name": "get_weather", "description": "Current weather of a city",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    msg = anthropic_client(ref_stack, key).messages.create(
+        model="sdk-tools", max_tokens=200, messages=[{"role": "user", "content": QUESTION}], tools=[weather],
+        tool_choice={"type": "tool", "name": "get_weather"})
+    assert msg.stop_reason == "tool_use" and [b.name for b in msg.content if b.type == "tool_use"] == ["get_weather"] * 2
+    assert records(ref_stack, key)[-1]["upstream_response"]["choices"][0]["finish_reason"] == "stop"
+
+
 def test_google_genai_top_k_is_sent_as_a_float_and_taken(ref_stack):
     key = running_session(ref_stack.settings.redis_url)
     sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(

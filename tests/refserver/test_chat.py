@@ -177,6 +177,12 @@ def test_tool_calls_parsed_from_sampled_text(app, engine, monkeypatch):
     assert choice["message"]["tool_calls"][0]["function"] == {"name": "bash", "arguments": '{"command": "ls"}'}
     none = post_chat(client, messages=msg, tools=[BASH_TOOL], tool_choice="none")["choices"][0]
     assert none["finish_reason"] == "stop" and none["message"]["content"] == text and "tool_calls" not in none["message"]
+    # as vLLM (protocols A4): a forced named function reports "stop", its call still parsed
+    named = post_chat(client, messages=msg, tools=[BASH_TOOL],
+                      tool_choice={"type": "function", "function": {"name": "bash"}})["choices"][0]
+    assert named["finish_reason"] == "stop" and named["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    assert post_chat(client, messages=msg, tools=[BASH_TOOL], tool_choice="required")["choices"][0][
+        "finish_reason"] == "tool_calls"
     no_tools = post_chat(client, messages=msg)["choices"][0]
     assert "tool_calls" not in no_tools["message"]
 
