@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,11 +78,14 @@ class Delivery:
 class RolloutClient:
     def __init__(self, api_url: str, *, redis_url: str | None = None, api_token: str | None = None,
                  timeout: float = 30.0, transport: httpx.BaseTransport | None = None,
-                 max_deliveries: int = 5) -> None:
+                 max_deliveries: int = 5, redis_patience: str = "patient") -> None:
         """``api_token``: the API's bearer token (POLAR_API_TOKEN); ``transport``: another way to
         reach the API (tests: ``httpx.WSGITransport(app=...)``); ``max_deliveries``: see
-        ``results`` (POLAR_RESULTS_MAX_DELIVERIES)."""
+        ``results`` (POLAR_RESULTS_MAX_DELIVERIES); ``redis_patience``: how long one Redis
+        command retries before ``results`` backs off and reconnects itself (``patient``: ~3 min,
+        ``impatient``: ~8 s, ``quick``: not at all)."""
         self.max_deliveries = max_deliveries
+        self.redis_patience = redis_patience
         self.api_url = api_url.rstrip("/")
         self.redis_url = redis_url
         headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
@@ -154,19 +158,21 @@ class RolloutClient:
         - ``Delivery.nack()`` hands an entry back: it is delivered again. An entry delivered
           ``max_deliveries`` times without an ack (nacked, or its consumer kept dying on it),
           undecodable, or trimmed while pending goes to the dead-letter stream instead.
+        - While the iterator is open, the entries it holds are kept from other consumers' claims
+          (their idle time reset every ``claim_idle_ms / 3`` by a daemon thread): a trainer may
+          hold deliveries through a step longer than ``claim_idle_ms``. A dead process stops
+          resetting them, and they are claimed.
         - When Redis goes away the iterator waits and reconnects with back-off (re-reading its
-          own unacked entries first: nothing is skipped) instead of ending."""
+          own unacked entries first: nothing is skipped, nothing it holds is yielded again)
+          instead of ending."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
         from pipeline.stores.connection import connect
 
-        stream = ResultsStream(connect(self.redis_url))
+        stream = ResultsStream(connect(self.redis_url, mode=self.redis_patience))
         limit = max_deliveries or self.max_deliveries
         holding: dict[str, str] = {}  # session -> entry yielded and neither acked nor nacked yet
         nacked: list[str] = []
-        idle_since = time.monotonic()
-        backoff = RECONNECT_FIRST_SECONDS
-        claim_every = max(claim_idle_ms / 2000, 0.05)
 
         def settle(e: StreamEntry, nack: bool) -> None:
             holding.pop(e.session_id, None)
@@ -186,12 +192,29 @@ class RolloutClient:
             done = stream.delivered(group, [e.session_id for e in good])
             for e in good:
                 held = holding.get(e.session_id)
-                if e.session_id in done or (held is not None and held != e.entry_id):
+                if held == e.entry_id:
+                    continue  # still in the trainer's hands (re-read after a reconnect)
+                if e.session_id in done or held is not None:
                     stream.ack(group, e.entry_id)  # a duplicate publication
                     continue
                 holding[e.session_id] = e.entry_id
                 yield Delivery(e.entry_id, e, functools.partial(settle, e, False), functools.partial(settle, e, True))
 
+        alive = threading.Event()
+        threading.Thread(target=_keep_held, args=(stream, group, consumer, holding, alive, claim_idle_ms / 3000),
+                         name=f"polar-results-{consumer}", daemon=True).start()
+        try:
+            yield from self._consume(stream, group, consumer, deliver, nacked, block_ms, count, stop_after, claim_idle_ms)
+        finally:
+            alive.set()  # the iterator is closed (or collected): its entries may be claimed
+
+    @staticmethod
+    def _consume(stream: ResultsStream, group: str, consumer: str, deliver: Callable[..., Iterator[Delivery]],
+                 nacked: list[str], block_ms: int, count: int, stop_after: float | None,
+                 claim_idle_ms: int) -> Iterator[Delivery]:
+        claim_every = max(claim_idle_ms / 2000, 0.05)
+        idle_since = time.monotonic()
+        backoff = RECONNECT_FIRST_SECONDS
         while True:
             try:
                 stream.ensure_group(group)
@@ -225,6 +248,16 @@ class RolloutClient:
         from pipeline.stores.connection import connect
 
         return ResultsStream(connect(self.redis_url)).lag(group)
+
+
+def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], closed: threading.Event,
+               every: float) -> None:
+    while not closed.wait(max(every, 0.05)):
+        held = list(holding.values())
+        try:
+            stream.touch(group, consumer, held)
+        except redis.RedisError as exc:  # the next beat tries again
+            log.debug("could not keep held results: %s", exc)
 
 
 def _poison(e: StreamEntry, max_deliveries: int) -> str | None:

@@ -363,6 +363,18 @@ redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 return {id, redis.call('XLEN', KEYS[2])}
 """)
 
+# KEYS[1] the stream. ARGV: group, consumer, entry ids. Resets the idle time of the entries the
+# consumer still holds (XCLAIM JUSTID: no delivery counted); one another consumer took stays.
+RESULTS_TOUCH = Lua("results_touch", """
+local mine = {}
+for i = 3, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if row and row[2] == ARGV[2] then mine[#mine + 1] = ARGV[i] end
+end
+if #mine == 0 then return 0 end
+return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+""")
+
 # --- tasks -----------------------------------------------------------------------------------
 
 # KEYS[1] task hash. ARGV: from-states (comma-separated), to-state. Returns 1 when moved.

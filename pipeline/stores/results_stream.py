@@ -65,6 +65,7 @@ class ResultsStream:
         self.maxlen = maxlen
         self.stream = stream
         self.marker_ttl = marker_ttl_seconds
+        self._touch = lua.bind(r, lua.RESULTS_TOUCH)
 
     # --- producer ----------------------------------------------------------------------------
 
@@ -170,8 +171,17 @@ class ResultsStream:
         died). XPENDING IDLE + XCLAIM rather than XAUTOCLAIM: a live consumer must not re-claim
         (and re-count) the entries it still holds itself. An entry trimmed away while pending
         (XCLAIM drops those silently) comes back with an empty blob, for the caller to report."""
-        rows: Any = self._r.xpending_range(self.stream, group, min="-", max="+", count=count, idle=min_idle_ms)
-        ids = [text(row["message_id"]) for row in rows if text(row["consumer"]) != consumer]
+        ids: list[str] = []
+        summary: Any = self._r.xpending(self.stream, group)
+        # Per other consumer: a range over the whole group would be filled by this consumer's own
+        # held entries (a trainer batching hundreds of them) and never reach a dead one's.
+        for row in summary.get("consumers") or []:
+            name = text(row["name"])
+            if name == consumer or not int(row["pending"]) or len(ids) >= count:
+                continue
+            rows: Any = self._r.xpending_range(self.stream, group, min="-", max="+", count=count - len(ids),
+                                               consumername=name, idle=min_idle_ms)
+            ids += [text(r["message_id"]) for r in rows]
         if not ids:
             return []
         reply: Any = self._r.xclaim(self.stream, group, consumer, min_idle_ms, list[Any](ids))
@@ -184,6 +194,14 @@ class ResultsStream:
                 pipe.xrange(self.stream, i, i)
             entries += [StreamEntry(i, "", b"") for i, rng in zip(missing, pipe.execute()) if not rng]
         return self.with_deliveries(group, entries)
+
+    def touch(self, group: str, consumer: str, entry_ids: list[str]) -> int:
+        """Reset the idle time of the entries ``consumer`` still holds (alive: not to be claimed
+        as a dead consumer's); an entry another consumer has meanwhile taken stays with it.
+        Returns how many were touched."""
+        if not entry_ids:
+            return 0
+        return int(self._touch(keys=[self.stream], args=[group, consumer, *entry_ids]))
 
     def reclaim(self, group: str, consumer: str, entry_ids: list[str]) -> list[StreamEntry]:
         """Deliver ``entry_ids`` again to ``consumer`` (a nack): XCLAIM counts the delivery."""

@@ -1,6 +1,7 @@
 """Results stream: published once per session, delivered at least once, de-duplicated."""
 
 import threading
+import time
 
 from pipeline import keys
 from pipeline.client import RolloutClient
@@ -119,3 +120,74 @@ def test_a_consumer_rides_out_a_redis_restart_and_loses_nothing(tmp_path):
         assert got == ["before", "after"]
     finally:
         server.stop()
+
+
+def test_entries_held_across_a_reconnect_are_not_yielded_again(tmp_path):
+    """A trainer holds its deliveries unacked (batching) while Redis goes away for longer than one
+    command retries: the iterator re-reads its pending entries on reconnecting and must not hand
+    the ones it still holds out a second time."""
+    import redis as redis_lib
+
+    from infra.embedded_redis import EmbeddedRedis
+
+    server = EmbeddedRedis(data_dir=tmp_path / "redis").start()
+    try:
+        stream = ResultsStream(redis_lib.Redis.from_url(server.url))
+        for i in range(4):
+            stream.publish_once(result(f"s{i}"))
+        client = RolloutClient("http://unused", redis_url=server.url, redis_patience="quick")
+        it = client.results(group="g", consumer="c", block_ms=200, stop_after=3)
+        held = [next(it) for _ in range(4)]
+        server.stop()  # an orderly stop keeps the group's pending list on disk
+        rest: list = []
+        reader = threading.Thread(target=lambda: rest.extend(it), daemon=True)
+        reader.start()  # its reads fail (no retries at this patience): it backs off and reconnects
+        time.sleep(1.5)
+        server.start()
+        ResultsStream(redis_lib.Redis.from_url(server.url)).publish_once(result("s4"))
+        reader.join(timeout=30)
+        assert [d.result.session_id for d in rest] == ["s4"]
+        for d in held + rest:
+            d.ack()
+        assert not redis_lib.Redis.from_url(server.url).xpending(keys.RESULTS_STREAM, "g")["pending"]
+    finally:
+        server.stop()
+
+
+def test_a_dead_consumers_entries_are_claimed_past_the_ones_a_live_one_holds(r):
+    # the live consumer's own pending entries are older and many: more than one XPENDING page
+    stream = ResultsStream(r)
+    stream.ensure_group("g")
+    for i in range(150):
+        stream.publish_once(result(f"held{i}"))
+    assert len(stream.read("g", "live", pending=False, count=150, block_ms=None)) == 150
+    for i in range(5):
+        stream.publish_once(result(f"orphan{i}"))
+    assert len(stream.read("g", "dead", pending=False, count=5, block_ms=None)) == 5
+    time.sleep(0.05)
+    claimed = stream.claim_stale("g", "live", min_idle_ms=20)
+    assert sorted(e.session_id for e in claimed) == [f"orphan{i}" for i in range(5)]
+    assert len(stream.claim_stale("g", "third", min_idle_ms=0, count=7)) == 7  # bounded by count
+
+
+def test_a_live_consumer_keeps_what_it_holds_past_the_claim_idle_time(r, redis_url):
+    """A trainer holding a delivery through a step longer than claim_idle_ms is alive: another
+    consumer must not claim it (it would be trained on twice); once the holder's iterator is
+    gone, it is claimed."""
+    ResultsStream(r).publish_once(result("s1"))
+    holder = RolloutClient("http://unused", redis_url=redis_url).results(group="g", consumer="a", block_ms=50,
+                                                                         claim_idle_ms=300)
+    taken = next(holder)
+    other: list[str] = []
+
+    def consume(stop_after: float) -> None:
+        for d in RolloutClient("http://unused", redis_url=redis_url).results(
+                group="g", consumer="b", block_ms=50, claim_idle_ms=300, stop_after=stop_after):
+            other.append(d.result.session_id)
+            d.ack()
+
+    consume(stop_after=1.5)  # five claim intervals while "a" holds s1 without acking
+    assert other == [] and taken.result.session_id == "s1"
+    holder.close()  # "a" is gone without acking
+    consume(stop_after=1.5)
+    assert other == ["s1"]
