@@ -210,8 +210,9 @@ class SessionStore:
             return outcome
         return Outcome(text(self._r.hget(key, F.OUTCOME.value) or b""))
 
-    def request_cancel(self, session_id: str) -> None:
-        self._r.hset(keys.session(session_id), F.CANCEL.value, "1")
+    def request_cancel(self, session_id: str) -> bool:
+        """Flag the session cancelled; False when it already was."""
+        return bool(self._r.hsetnx(keys.session(session_id), F.CANCEL.value, "1"))
 
     def cancel_requested(self, session_id: str) -> bool:
         return self._r.hget(keys.session(session_id), F.CANCEL.value) == b"1"

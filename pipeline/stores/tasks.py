@@ -230,10 +230,10 @@ class TaskStore:
             status = self.sessions.status(sid)
             if status is None or status.is_terminal():
                 continue
-            self.sessions.request_cancel(sid)
+            newly = self.sessions.request_cancel(sid)
             if self._cancel_idle(sid, status):
                 moved.append(sid)
-            else:
+            elif newly:  # a repeated cancel does not count again what an earlier one moved or flagged
                 flagged += 1
         return moved, flagged
 

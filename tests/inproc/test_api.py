@@ -100,6 +100,8 @@ def test_cancel_before_any_worker_sends_every_session_to_postrun(client, stores,
         state = stores.sessions.get(s.session_id)
         assert state.status == SessionStatus.POSTRUN and state.outcome == Outcome.CANCELLED
     assert client.status(task_id).status.value == "cancelling" and out["status"] == "cancelling"
+    repeated = client.cancel(task_id)  # nothing left to move or flag: not counted again
+    assert (repeated["moved_to_postrun"], repeated["flagged"]) == (0, 0) and queued(r, Stage.POSTRUN) == 3
     stores.tasks.finish(task_id)  # what the last session's callback does
     again = client.cancel(task_id)  # a finished task is not "cancelling" again: its state is said
     assert again["status"] == "cancelled"
