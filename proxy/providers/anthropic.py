@@ -70,7 +70,7 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     if max_tokens is not None:
         chat["max_tokens"] = max_tokens
     for src, dst in (("temperature", "temperature"), ("top_p", "top_p")):
-        if opt_number(body, src) is not None:
+        if opt_number(body, src, within=(0.0, 1.0)) is not None:  # Anthropic's ranges (vLLM's are wider)
             chat[dst] = body[src]
     if (top_k := opt_int(body, "top_k", minimum=1)) is not None:
         chat["top_k"] = top_k
@@ -86,8 +86,20 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     if thinking is not None:
         if not (isinstance(thinking, dict) and thinking.get("type") in _THINKING):
             raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
+        if thinking["type"] == "enabled":
+            _check_budget(thinking.get("budget_tokens"), max_tokens)
         chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
     return chat, {"dropped_tools": dropped, "thinking": isinstance(thinking, dict) and thinking.get("type") != "disabled"}
+
+
+def _check_budget(budget: Any, max_tokens: int | None) -> None:
+    """What Anthropic refuses of an enabled thinking budget (a harness relying on it must not
+    pass here and fail at the vendor)."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1024:
+        raise BadRequest("thinking.enabled.budget_tokens: must be an integer of at least 1024",
+                         param="thinking.budget_tokens")
+    if max_tokens is not None and budget >= max_tokens:
+        raise BadRequest("`max_tokens` must be greater than `thinking.budget_tokens`", param="max_tokens")
 
 
 def _system(system: Any) -> list[dict[str, Any]]:

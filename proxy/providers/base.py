@@ -339,12 +339,16 @@ def opt_bool(body: dict[str, Any], key: str, *, param: str | None = None) -> boo
     return value
 
 
-def opt_number(body: dict[str, Any], key: str, *, param: str | None = None) -> float | None:
+def opt_number(body: dict[str, Any], key: str, *, param: str | None = None,
+               within: tuple[float, float] | None = None) -> float | None:
+    """``within``: the closed range the API allows (its own 400 outside it)."""
     value = body.get(key)
     if value is None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise BadRequest(f"'{param or key}' must be a number", param=param or key)
+    if within is not None and not within[0] <= value <= within[1]:
+        raise BadRequest(f"{param or key}: must be between {within[0]:g} and {within[1]:g}", param=param or key)
     return value
 
 

@@ -227,6 +227,21 @@ def test_responses_tool_choice_forces_a_custom_tool_or_limits_to_allowed_ones():
     assert [t["function"]["name"] for t in limited.chat["tools"]] == ["g"] and limited.chat["tool_choice"] == "required"
 
 
+@pytest.mark.parametrize("fields, param", [
+    ({"temperature": 1.5}, "temperature"), ({"top_p": -0.1}, "top_p"),  # Anthropic's ranges are 0..1
+    ({"thinking": {"type": "enabled", "budget_tokens": 512}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1024}, "max_tokens"),
+])
+def test_anthropic_refuses_what_anthropic_refuses(fields, param):
+    with pytest.raises(BadRequest) as info:
+        A.parse(anthropic_body(**fields))
+    assert info.value.param == param
+    ok = A.parse(anthropic_body(temperature=1.0, top_p=0.0, max_tokens=2048,
+                                thinking={"type": "enabled", "budget_tokens": 1024})).chat
+    assert (ok["temperature"], ok["top_p"], ok["chat_template_kwargs"]) == (1.0, 0.0, {"enable_thinking": True})
+
+
 # --- Gemini ------------------------------------------------------------------------------------
 
 def test_gemini_ids_are_preserved_or_synthesised_consistently():

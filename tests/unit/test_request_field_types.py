@@ -26,7 +26,7 @@ RICH = {
             {"role": "tool", "tool_call_id": "c", "content": "r"}],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
     "anthropic": {
-        "model": "m", "max_tokens": 5, "temperature": 0.3, "stop_sequences": ["x"],
+        "model": "m", "max_tokens": 2048, "temperature": 0.3, "stop_sequences": ["x"],
         "system": [{"type": "text", "text": "s"}],
         "messages": [
             {"role": "user", "content": "hi"},
@@ -37,7 +37,7 @@ RICH = {
                                           "content": [{"type": "text", "text": "r"}]},
                                          {"type": "text", "text": "go on"}]}],
         "tools": [{"name": "f", "input_schema": {"type": "object"}}],
-        "thinking": {"type": "enabled", "budget_tokens": 100}, "tool_choice": {"type": "auto"}},
+        "thinking": {"type": "enabled", "budget_tokens": 1024}, "tool_choice": {"type": "auto"}},
     "openai_responses": {
         "model": "m", "instructions": "s", "max_output_tokens": 5, "temperature": 0.2, "store": False,
         "input": [
