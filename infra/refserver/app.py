@@ -152,7 +152,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         if policy is not None and policy.turn_for(messages) is not None:
             # A script turn is not cut to default_max_tokens: only an explicit limit truncates it.
             limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, engine.max_model_len)
-            gen = policy.respond(engine, messages, prompt_ids, max_tokens=limit, top_logprobs=top)
+            gen = policy.respond(engine, messages, prompt_ids, max_tokens=limit, top_logprobs=top,
+                                 stop=sampling["stop"], include_stop=sampling["include_stop_str_in_output"])
         if gen is None:
             limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, default_max_tokens)
             gen = engine.generate(prompt_ids, max_tokens=limit, top_logprobs=top, **sampling)
@@ -210,7 +211,7 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         else:
             requested = get_int(body, "max_tokens", 16, 0)
         limit = resolve_max_tokens(engine, len(prompt_ids), requested, engine.max_model_len)
-        gen = scripted(policy, prompt_ids, limit, k)
+        gen = scripted(policy, prompt_ids, limit, k, sampling)
         if gen is None and limit > 0:
             gen = engine.generate(prompt_ids, max_tokens=limit, top_logprobs=k, **sampling)
         elif gen is None:
@@ -267,7 +268,7 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         sampling = sampling_args(sglang_sampling(params), engine)
         want_lp = get_bool(body, "return_logprob", False)
         k = get_int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) if want_lp else 0
-        gen = scripted(policies.get(generate_policy) if generate_policy else None, ids, limit, k or None)
+        gen = scripted(policies.get(generate_policy) if generate_policy else None, ids, limit, k or None, sampling)
         if gen is None:
             gen = (engine.generate(ids, max_tokens=limit, top_logprobs=k or None, **sampling) if limit > 0
                    else Generation([], [], "length", None, "", None))
@@ -312,12 +313,14 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         engine.check_token_ids(ids)
         return _ok(shape.detokenize_response(engine, ids, body))
 
-    def scripted(policy: ScriptedPolicy | None, prompt_ids: list[int], limit: int, k: int | None):
+    def scripted(policy: ScriptedPolicy | None, prompt_ids: list[int], limit: int, k: int | None, sampling: dict):
         """A script's turn for a token-id prompt (turn read from its ChatML text), or None."""
         if policy is None or limit <= 0:
             return None
         turn = policy.turn_for_prompt(engine.decode(prompt_ids, skip_special_tokens=False))
-        return None if turn is None else policy.play(engine, turn, prompt_ids, max_tokens=limit, top_logprobs=k)
+        return None if turn is None else policy.play(engine, turn, prompt_ids, max_tokens=limit, top_logprobs=k,
+                                                     stop=sampling["stop"],
+                                                     include_stop=sampling["include_stop_str_in_output"])
 
     return app
 

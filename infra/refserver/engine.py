@@ -273,6 +273,21 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, top_k: int, 
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
+def first_stop(engine: "ModelEngine", ids: list[int], stops: list[str], include: bool) -> tuple[int, str, str] | None:
+    """Where a stop string first completes in ``ids``, as sampling them one by one would have
+    stopped: (the tokens kept, the text, the stop string); None when none does."""
+    stops = [s for s in stops if s]
+    if not stops:
+        return None
+    window = 4 * max(len(s) for s in stops) + 2
+    for k in range(1, len(ids) + 1):
+        if _find_stop(engine.decode(ids[max(0, k - window):k]), stops, False) is not None:
+            hit = _find_stop(engine.decode(ids[:k]), stops, include)
+            if hit is not None:
+                return k, hit[0], hit[1]
+    return None
+
+
 def _find_stop(text: str, stops: list[str], include: bool) -> tuple[str, str] | None:
     """Earliest stop string in text -> (truncated text, the stop string)."""
     best = None

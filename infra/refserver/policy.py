@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import Generation, ModelEngine
+from .engine import Generation, ModelEngine, first_stop
 
 _END = "<|im_end|>\n"
 _ASSISTANT_HEADER = "<|im_start|>assistant"
@@ -195,19 +195,22 @@ class ScriptedPolicy:
         return list(ids)
 
     def respond(self, engine: ModelEngine, messages, prompt_ids: list[int], *, max_tokens: int,
-                top_logprobs: int | None = None) -> Generation | None:
+                top_logprobs: int | None = None, stop: list[str] | None = None,
+                include_stop: bool = False) -> Generation | None:
         """The scripted turn for this conversation as a Generation, or None past the script.
 
         The caller has already checked the context window; max_tokens only truncates the turn.
         """
         turn = self.turn_for(messages)
         return None if turn is None else self.play(engine, turn, prompt_ids, max_tokens=max_tokens,
-                                                   top_logprobs=top_logprobs)
+                                                   top_logprobs=top_logprobs, stop=stop, include_stop=include_stop)
 
     def play(self, engine: ModelEngine, turn: int, prompt_ids: list[int], *, max_tokens: int,
-             top_logprobs: int | None = None) -> Generation:
+             top_logprobs: int | None = None, stop: list[str] | None = None,
+             include_stop: bool = False) -> Generation:
         """Turn ``turn`` sampled after ``prompt_ids``: its ids, with logprobs teacher-forced in
-        that context (whatever rendering or splice produced the ids)."""
+        that context (whatever rendering or splice produced the ids). A ``stop`` string ends it
+        where sampling would have (the ids up to the token completing it, the text before it)."""
         if self.turns[turn].delay_seconds:
             time.sleep(self.turns[turn].delay_seconds)
         ids = self.response_ids(engine, turn)
@@ -215,11 +218,18 @@ class ScriptedPolicy:
         finish = "stop"
         if len(ids) > limit:
             ids, finish = ids[:limit], "length"
+        reason: str | None = None
+        text = None
+        hit = first_stop(engine, ids, stop or [], include_stop)
+        if hit is not None:
+            kept, text, reason = hit
+            ids, finish = ids[:kept], "stop"
         full = list(prompt_ids) + ids
         if top_logprobs is None:
             lps, tops = engine.score(full, len(prompt_ids)), None
         else:
             tops = engine.score_top(full, len(prompt_ids), top_logprobs)
             lps = [t[i][0] for t, i in zip(tops, ids)]
-        body = ids[:-1] if finish == "stop" else ids
-        return Generation(ids, lps, finish, None, engine.decode(body), tops)
+        if text is None:  # the turn's own end (its EOS), or the limit
+            text = engine.decode(ids[:-1] if finish == "stop" else ids)
+        return Generation(ids, lps, finish, reason, text, tops)

@@ -126,3 +126,24 @@ def test_invalid_json_file(tmp_path):
     p.write_text("{not json")
     with pytest.raises(ScriptError, match="bad.json: not valid JSON"):
         ScriptedPolicy.load(p)
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_a_stop_string_ends_a_scripted_turn_where_sampling_would(client, engine, teacher_forced, include):
+    first = post_chat(client, model="script3", messages=[{"role": "user", "content": "Fix it."}], tools=[BASH_TOOL])
+    call = first["choices"][0]["message"]["tool_calls"][0]
+    messages = [{"role": "user", "content": "Fix it."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "ok"}]
+    data = post_chat(client, model="script3", messages=messages, tools=[BASH_TOOL], stop=["tests", "never"],
+                     include_stop_str_in_output=include, logprobs=True, return_token_ids=True)
+    choice = data["choices"][0]  # the turn is "Now the tests." and a call: cut inside the text
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "tests")
+    assert choice["message"]["content"] == ("Now the tests" if include else "Now the ")
+    assert "tool_calls" not in choice["message"]
+    ids, prompt = choice["token_ids"], data["prompt_token_ids"]
+    assert "tests" in engine.decode(ids) and "tests" not in engine.decode(ids[:-1])  # up to the completing token
+    lp = teacher_forced(prompt + ids)
+    content = choice["logprobs"]["content"]
+    assert len(content) == len(ids)
+    assert all(abs(e["logprob"] - lp[len(prompt) + j - 1, t].item()) <= TOL for j, (t, e) in enumerate(zip(ids, content)))
