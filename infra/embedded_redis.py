@@ -5,7 +5,8 @@ no compiler). Given a ``data_dir`` it persists (append-only file, fsync every se
 remembers its port there: a restart on the folder comes back on that port (while it is free) with
 everything accepted up to the last second;
 without one it keeps nothing (tests). It refuses to evict keys (kombu's bindings and our records
-must never be evicted), and dies with the thread that started it (``PR_SET_PDEATHSIG`` fires when
+must never be evicted), asks for a password when given one (handed over on its stdin, never on a
+command line ``ps`` shows), keeps its files private to the user (umask 077), and dies with the thread that started it (``PR_SET_PDEATHSIG`` fires when
 the *thread* that forked it ends), so a crashed launcher cannot leave it running.
 """
 
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -58,17 +60,32 @@ def _die_with_parent() -> None:
         pass  # not Linux: the launcher's own cleanup still stops it
 
 
+def _private_child() -> None:
+    os.umask(0o077)  # the append-only file holds session keys and results: the user's alone
+    _die_with_parent()
+
+
+def _quoted(value: str) -> str:
+    """``value`` as one argument of a Redis config line."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class EmbeddedRedis:
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1", data_dir: Path | None = None) -> None:
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", data_dir: Path | None = None,
+                 password: str | None = None) -> None:
         self.host = host
         self.persistent = data_dir is not None
+        self.password = password
         self._dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="polar-redis-"))
         self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.chmod(0o700)
         # A persistent server comes back on the port it had (a restarted `polar up`): clients that
         # outlive the restart, a trainer's results iterator, still reach it.
         self.port = port or (self._last_port(host) if self.persistent else None) or free_port(host)
         if self.persistent:
-            (self._dir / PORT_FILE).write_text(f"{self.port}\n")
+            fd = os.open(self._dir / PORT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{self.port}\n")
         self._proc: subprocess.Popen | None = None
 
     def _last_port(self, host: str) -> int | None:
@@ -80,19 +97,29 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
+        """The server's URL, its password included (``address`` without)."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/0"
+
+    @property
+    def address(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
         persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent else ["--appendonly", "no"]
         args = [
-            server_binary(), "--port", str(self.port), "--bind", self.host,
+            server_binary(), "-", "--port", str(self.port), "--bind", self.host,
             "--save", "", *persistence, "--dir", str(self._dir),
             "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
             "--logfile", str(self._dir / "server.log"),
         ]
-        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, preexec_fn=_private_child)
+        assert self._proc.stdin is not None
+        with self._proc.stdin:  # "-": the server reads a config file from its stdin, then the arguments
+            if self.password:
+                self._proc.stdin.write(f"requirepass {_quoted(self.password)}\n".encode())
+        client = redis.Redis(host=self.host, port=self.port, password=self.password, socket_connect_timeout=0.5)
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -29,7 +29,7 @@ import kombu.exceptions
 import redis
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
-from infra.tokens import with_tokens
+from infra.tokens import redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
 
@@ -100,6 +100,9 @@ class Stack:
         """``on_waiting``: called while starting with the children not ready yet (a progress display)."""
         if on_waiting is not None:
             self._on_waiting = on_waiting
+        # A new home is the user's alone: results, artifacts and Redis's files hold sessions' keys
+        # and trajectories (an existing one keeps the mode its owner gave it).
+        self.settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         s = with_tokens(self.settings)
         if not s.upload_roots:  # what tasks may upload: the examples, and where the stack was started
@@ -109,8 +112,10 @@ class Stack:
         try:
             if not s.redis_url:
                 data = self.settings.home / "redis" if self.config.persist_redis else None
-                self.redis = EmbeddedRedis(data_dir=data).start()
+                self.redis = EmbeddedRedis(data_dir=data, password=redis_password(s)).start()
                 s = s.replace(redis_url=self.redis.url)
+            else:
+                redis_password(s, s.redis_url)  # the client commands find it beside up.json's URL
             ports = {k: free_port() for k in ("api", "proxy", "model")}
             if self.config.fixed_ports:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
@@ -303,7 +308,8 @@ class Stack:
 
     def state(self) -> dict[str, Any]:
         """What the CLI's client commands need to find the stack (no secrets: infra/tokens.py)."""
-        return {"pid": os.getpid(), "redis_url": self.settings.redis_url, "api_url": self.settings.api_url,
+        redis_url = without_password(self.settings.redis_url) if self.settings.redis_url else None
+        return {"pid": os.getpid(), "redis_url": redis_url, "api_url": self.settings.api_url,
                 "proxy_url": self.settings.proxy_url, "upstream_url": self.settings.upstream_url,
                 "flower_url": f"http://127.0.0.1:{self.config.flower_port}" if self.config.flower_port else None,
                 "logs": str(self.log_dir)}

@@ -12,11 +12,15 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pipeline.credentials import new_token
 from pipeline.settings import Settings
 
 SECRETS = ("api_token", "admin_token", "flower_basic_auth", "callback_secret")
+# Not a setting (it lives in the Redis URL): the stack's Redis password, generated for the embedded
+# server, remembered for a configured one; the client commands add it to up.json's URL.
+REDIS_PASSWORD = "redis_password"
 
 
 def tokens_file(settings: Settings) -> Path:
@@ -28,7 +32,15 @@ def _load(path: Path) -> dict[str, str]:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in data.items() if k in SECRETS and isinstance(v, str) and v} if isinstance(data, dict) else {}
+    return {k: v for k, v in data.items() if k in (*SECRETS, REDIS_PASSWORD) and isinstance(v, str) and v} \
+        if isinstance(data, dict) else {}
+
+
+def _store(path: Path, stored: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(stored, f, indent=2)
 
 
 def with_tokens(settings: Settings) -> Settings:
@@ -46,13 +58,46 @@ def with_tokens(settings: Settings) -> Settings:
             changed = True
         values[name] = stored[name]
     if changed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(stored, f, indent=2)
+        _store(path, stored)
     return settings.replace(**values) if values else settings
 
 
 def client_tokens(settings: Settings) -> dict[str, str]:
     """The home's stored secrets the environment does not set (for the CLI's client commands)."""
-    return {k: v for k, v in _load(tokens_file(settings)).items() if not settings.secret(k)}
+    return {k: v for k, v in _load(tokens_file(settings)).items() if k in SECRETS and not settings.secret(k)}
+
+
+def redis_password(settings: Settings, url: str | None = None) -> str | None:
+    """The password of the stack's Redis, stored for the client commands: ``url``'s own when it
+    has one (a configured server), None for a configured one without; with no ``url`` (the
+    embedded server) the stored one, else a new one."""
+    given = urlsplit(url).password if url else None
+    if url and given is None:
+        return None
+    path = tokens_file(settings)
+    stored = _load(path)
+    password = unquote(given) if given is not None else stored.get(REDIS_PASSWORD) or new_token()
+    if stored.get(REDIS_PASSWORD) != password:
+        _store(path, {**stored, REDIS_PASSWORD: password})
+    return password
+
+
+def stored_redis_password(settings: Settings) -> str | None:
+    return _load(tokens_file(settings)).get(REDIS_PASSWORD)
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password (and user) taken out: what may be shown and written down."""
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` authenticated by ``password`` (unless it names credentials already)."""
+    parts = urlsplit(url)
+    if parts.password is not None or parts.username is not None:
+        return url
+    return urlunsplit(parts._replace(netloc=f":{quote(password, safe='')}@{parts.netloc}"))

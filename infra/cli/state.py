@@ -1,7 +1,8 @@
 """What a running ``polar up`` tells the client commands on the same machine.
 
 ``polar up`` writes its URLs to ``$POLAR_HOME/up.json``; ``submit``, ``status``, ``cancel``,
-``verify`` and ``flower`` read it so they find the stack without any setting. Services
+``verify`` and ``flower`` read it so they find the stack without any setting (its Redis password
+comes from the home's ``tokens.json``, not from this file). Services
 (``worker``, ``proxy``, ``api``, ``model serve``) never read it: a production process takes its
 configuration from its environment only.
 """
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from infra.tokens import client_tokens
+from infra.tokens import client_tokens, stored_redis_password, with_password
 from pipeline.settings import ENV_PREFIX, Settings
 
 STACK_KEYS = ("redis_url", "api_url", "proxy_url", "upstream_url")
@@ -33,6 +34,9 @@ def client_settings() -> Settings:
         updates.update({k: state[k] for k in STACK_KEYS
                         if state.get(k) and (ENV_PREFIX + k.upper()) not in os.environ
                         and not (k == "redis_url" and (settings.redis_url or os.environ.get("REDIS_URL")))})
+        password = stored_redis_password(settings)
+        if isinstance(updates.get("redis_url"), str) and password:  # up.json names no secret
+            updates["redis_url"] = with_password(updates["redis_url"], password)
     return settings.replace(**updates) if updates else settings
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from infra.embedded_redis import free_port
 from tests.e2e.conftest import EXAMPLES, wait_for
@@ -70,6 +71,12 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert (tmp_path / "tokens.json").stat().st_mode & 0o077 == 0  # owner only
         assert httpx.get(f"{state['api_url']}/rollout/status", timeout=10).status_code == 401
         assert not any(secret in json.dumps(state) for secret in tokens.values())
+        # Redis too asks for a password (tokens.json has it, up.json does not), and the folder of
+        # its append-only file is the user's alone.
+        assert tokens["redis_password"]
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis.from_url(state["redis_url"]).ping()
+        assert (tmp_path / "redis").stat().st_mode & 0o077 == 0
 
         # The other commands find the running stack through its state file.
         cli_env = {k: v for k, v in env.items() if not k.startswith("POLAR_") or k == "POLAR_HOME"}
@@ -115,6 +122,8 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
             pytest.fail(f"polar up did not stop within 60 s of Ctrl-C:\n{out[-6000:]}")
     assert up.returncode == 0, out
     assert "stopping" in out and not any(secret in out for secret in tokens.values())  # never printed
+    logs = [p for p in Path(state["logs"]).rglob("*") if p.is_file()]
+    assert logs and not any(secret in p.read_text(errors="replace") for p in logs for secret in tokens.values())
     assert "all ready" in out  # the start-up progress bar's final state (stderr is not a terminal here)
     wait_for(lambda: not any(alive(p) for p in children), timeout=10)
     assert not (tmp_path / "up.json").exists()

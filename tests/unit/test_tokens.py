@@ -1,0 +1,50 @@
+"""The stack's secrets file and the Redis password the client commands find beside up.json."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from infra.cli.state import client_settings, write_up_state
+from infra.tokens import redis_password, stored_redis_password, tokens_file, with_password, without_password
+from pipeline.settings import Settings
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://:s3cret@127.0.0.1:6380/0", "redis://127.0.0.1:6380/0"),
+    ("redis://user:s%40cret@redis.lab:6379/2", "redis://redis.lab:6379/2"),
+    ("rediss://127.0.0.1:6380/0", "rediss://127.0.0.1:6380/0"),
+])
+def test_without_password_keeps_everything_but_the_credentials(url, shown):
+    assert without_password(url) == shown
+
+
+def test_with_password_quotes_it_and_leaves_named_credentials_alone():
+    assert with_password("redis://127.0.0.1:6380/0", "a@b/c") == "redis://:a%40b%2Fc@127.0.0.1:6380/0"
+    assert with_password("redis://:own@127.0.0.1:6380/0", "other") == "redis://:own@127.0.0.1:6380/0"
+
+
+def test_the_embedded_password_is_generated_once_and_kept_private(tmp_path):
+    settings = Settings(home=tmp_path)
+    first = redis_password(settings)
+    assert first and redis_password(settings) == first == stored_redis_password(settings)
+    assert tokens_file(settings).stat().st_mode & 0o077 == 0
+    assert redis_password(settings, "redis://10.0.0.5:6379/0") is None  # a configured server without one
+    assert redis_password(settings, "redis://:given%21@10.0.0.5:6379/0") == "given!"  # remembered
+    assert stored_redis_password(settings) == "given!"
+    assert "api_token" not in json.loads(tokens_file(settings).read_text())  # only what was asked for
+
+
+def test_client_commands_get_the_password_up_json_leaves_out(tmp_path, monkeypatch):
+    for name in [k for k in os.environ if k.startswith("POLAR_") or k == "REDIS_URL"]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("POLAR_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(home=tmp_path)
+    password = redis_password(settings)
+    write_up_state(settings, {"pid": os.getpid(), "redis_url": "redis://127.0.0.1:6390/0"})
+    assert client_settings().redis_url == with_password("redis://127.0.0.1:6390/0", password)
+    monkeypatch.setenv("POLAR_REDIS_URL", "redis://other:6379/0")  # an explicit variable wins, as it is
+    assert client_settings().redis_url == "redis://other:6379/0"
