@@ -1,16 +1,24 @@
-"""Flower on this project's broker, with every stage queue listed.
+"""Flower on this project's broker, with every stage queue listed and nothing served unauthenticated.
 
 Flower lists the queues its known workers consume, falling back to the app's declared queues only
 when it knows no worker at all (mher/flower#335): a stage whose fleet is down -- the moment its
 backlog matters most -- vanishes from the Broker page and from ``/api/queues/length``. Here the
-declared stage queues are always listed beside whatever the workers consume. Task events: workers
-start without them (they cost CPU per task); Flower's own ``enable_events`` (on by default) turns
-them on in every worker it sees within seconds of starting.
+declared stage queues are always listed beside whatever the workers consume. Flower 2.2 also
+serves ``/metrics`` (worker names, task names and counts) to anyone, whatever its auth: here it
+asks for the same credentials as every other page (a Prometheus scrape gives ``basic_auth``).
+Task events: workers start without them (they cost CPU per task); Flower's own ``enable_events``
+(on by default) turns them on in every worker it sees within seconds of starting.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def patch_flower() -> None:
+    """Apply both changes (``polar flower`` calls this before starting Flower)."""
+    list_every_declared_queue()
+    authenticate_metrics()
 
 
 def list_every_declared_queue() -> None:
@@ -27,3 +35,15 @@ def list_every_declared_queue() -> None:
 
     get_active_queue_names.polar = True  # type: ignore[attr-defined]
     BaseHandler.get_active_queue_names = get_active_queue_names
+
+
+def authenticate_metrics() -> None:
+    """``/metrics`` behind Flower's own check (``get_current_user``: basic auth, or its OAuth)."""
+    from flower.views.monitor import Metrics
+    from tornado import web
+
+    if getattr(Metrics.get, "polar", False):
+        return
+    get = web.authenticated(Metrics.get)
+    get.polar = True  # type: ignore[attr-defined]
+    Metrics.get = get  # type: ignore[method-assign]

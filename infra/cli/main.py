@@ -119,9 +119,9 @@ def flower(port: int, address: str) -> None:
         os.environ["FLOWER_BASIC_AUTH"] = auth
     else:
         os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")  # loopback only, see above
-    from infra.flower import list_every_declared_queue
+    from infra.flower import patch_flower
 
-    list_every_declared_queue()  # a stage queue without a worker is still listed (infra/flower.py)
+    patch_flower()  # a stage queue without a worker is still listed, /metrics asks for auth (infra/flower.py)
     make_app(settings).start(["flower", f"--port={port}", f"--address={address}"])
 
 
