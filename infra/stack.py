@@ -122,6 +122,8 @@ class Stack:
             s = s.replace(api_url=f"http://127.0.0.1:{ports['api']}", proxy_url=f"http://127.0.0.1:{ports['proxy']}",
                           upstream_url=s.upstream_url if self.config.upstream == "external"
                           else f"http://127.0.0.1:{ports['model']}")
+            if self.config.flower_port:  # callbacks may not point at it
+                s = s.replace(flower_url=f"http://127.0.0.1:{self.config.flower_port}")
             self.settings = s
             for name, args in self._commands(ports).items():
                 self._spawn(name, args)
@@ -311,7 +313,7 @@ class Stack:
         redis_url = without_password(self.settings.redis_url) if self.settings.redis_url else None
         return {"pid": os.getpid(), "redis_url": redis_url, "api_url": self.settings.api_url,
                 "proxy_url": self.settings.proxy_url, "upstream_url": self.settings.upstream_url,
-                "flower_url": f"http://127.0.0.1:{self.config.flower_port}" if self.config.flower_port else None,
+                "flower_url": self.settings.flower_url,
                 "logs": str(self.log_dir)}
 
     def __enter__(self) -> "Stack":

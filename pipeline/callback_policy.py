@@ -1,38 +1,87 @@
 """Where a task's ``callback_url`` may point (pure). A payload must not turn the callback POST
 into a request against this service's own control surfaces (the API, the proxy's admin
-endpoints, Flower); with ``POLAR_CALLBACK_ALLOWED_HOSTS`` set, only those hosts are allowed."""
+endpoints, the engine, Flower); with ``POLAR_CALLBACK_ALLOWED_HOSTS`` set, only those hosts are
+allowed.
+
+Hosts are compared as the resolver reads them: ``127.1``, ``2130706433``, ``0x7f.0.0.1``,
+``[::ffff:127.0.0.1]`` and ``0.0.0.0`` all reach this machine's loopback, so they are all
+"loopback". At delivery the callback stage also hands in what the name resolves to
+(``resolved``): a name that resolves to this machine's loopback is judged as loopback. (Between
+that check and the connection a name could resolve again differently; ``POLAR_CALLBACK_ALLOWED_HOSTS``
+is the strict setting.)
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from typing import Iterable
 from urllib.parse import urlsplit
 
 from pipeline.settings import Settings
 
-LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "ip6-localhost"}
+LOOPBACK = "loopback"
+LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"}
+
+
+def canonical_host(host: str) -> str:
+    """``host`` as a resolver reads it: an IP address in its one normal form, ``loopback`` for any
+    address of this machine's loopback (or the unspecified address, which reaches it too), else
+    the lower-cased name."""
+    host = host.strip("[]").lower().rstrip(".")
+    if host in LOOPBACK_NAMES or host.endswith(".localhost"):
+        return LOOPBACK
+    address = _ip(host)
+    if address is None:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return LOOPBACK if address.is_loopback or address.is_unspecified else str(address)
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    if host and all(c in "0123456789abcdefx." for c in host):
+        try:  # the forms inet_aton (and so the resolver) accepts: 2130706433, 127.1, 0177.0.0.1, 0x7f.1
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
 
 
 def _host_port(url: str) -> tuple[str, int | None]:
     parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         port = None
-    return ("loopback" if host in LOOPBACK or host.startswith("127.") else host), port
+    return canonical_host(parts.hostname or ""), port
 
 
-def refusal(url: str, settings: Settings, *, own_urls: tuple[str, ...] = ()) -> str | None:
+def own_urls(settings: Settings) -> tuple[str, ...]:
+    """This service's own endpoints: API, proxy, every engine endpoint, Flower."""
+    engines = [u.strip() for u in settings.upstream_url.split(",") if u.strip()]
+    return (settings.api_url, settings.proxy_url, *engines, *([settings.flower_url] if settings.flower_url else []))
+
+
+def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = ()) -> str | None:
     """Why ``url`` may not receive callbacks, or None when it may. A templated URL (``{...}``)
-    cannot be judged yet: it is judged again when the callback is delivered."""
+    cannot be judged yet: it is judged again when the callback is delivered. ``resolved``: the
+    addresses the URL's host name resolves to (at delivery)."""
     if "{" in url:
         return None
-    target = _host_port(url)
-    if target[1] is None:
+    host, port = _host_port(url)
+    if port is None:
         return "callback_url has an invalid port"
     allowed = [h.strip().lower() for h in settings.callback_allowed_hosts.split(",") if h.strip()]
-    if allowed and urlsplit(url).hostname not in allowed and target[0] not in allowed:
+    if allowed and (urlsplit(url).hostname or "") not in allowed and host not in allowed:
         return f"callback_url host is not in POLAR_CALLBACK_ALLOWED_HOSTS ({', '.join(allowed)})"
-    for own in (settings.api_url, settings.proxy_url, *own_urls):
-        if _host_port(own) == target:
-            return "callback_url points at this service's own endpoints"
+    targets = {(host, port)} | {(canonical_host(a), port) for a in resolved}
+    own = {_host_port(u) for u in own_urls(settings)}
+    if targets & own:
+        return "callback_url points at this service's own endpoints"
     return None
+

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     # Hosts a task's callback_url may name (comma-separated; empty: any host but this service's
     # own API, proxy and Flower).
     callback_allowed_hosts: str = ""
+    # Where Flower listens, when one runs beside this service: callbacks may not point there either.
+    flower_url: str | None = None
     # The proxy's GET /metrics and the tallies behind it (proxy/metrics.py); off: neither.
     proxy_metrics: bool = True
     # Per-request harness noise removed before the engine sees a prompt (see proxy/noise.py).

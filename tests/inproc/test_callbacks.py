@@ -5,7 +5,9 @@ attempt, and a delivery whose worker died mid-POST picked up again by the reaper
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
+import socket
 from hashlib import sha256
 
 import pytest
@@ -74,10 +76,25 @@ def test_the_budget_ends_as_failed_and_a_refusal_is_final(d, receiver):
     assert d.stores.callbacks.due(late_by_seconds=-3600) == []  # nothing left to send
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:1/admin/pause", "http://localhost:2/admin/pause"])
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/admin/pause", "http://localhost:2/admin/pause",
+                                 "http://2130706433:1/admin/pause", "http://[::ffff:127.0.0.1]:2/admin/pause"])
 def test_a_callback_at_the_services_own_endpoints_is_never_sent(d, receiver, url):
     tid = finished_task(d, url, "t-own")
     record = callback.deliver(d, tid)
+    assert record["state"] == "refused" and "own endpoints" in record["last_error"]
+
+
+def test_a_name_that_resolves_to_an_own_endpoint_is_never_sent(d, receiver):
+    """A host name is judged by what it resolves to when the POST is due (here the machine's own
+    name, which resolves to its loopback on most Linux hosts)."""
+    name = socket.gethostname()
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    except OSError:
+        pytest.skip(f"{name} does not resolve here")
+    if not any(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        pytest.skip(f"{name} does not resolve to loopback here ({addresses})")
+    record = callback.deliver(d, finished_task(d, f"http://{name}:1/admin/pause", "t-named"))
     assert record["state"] == "refused" and "own endpoints" in record["last_error"]
 
 

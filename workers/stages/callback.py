@@ -6,9 +6,11 @@ Celery with back-off: ``deliver``)."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -155,7 +157,7 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     request = d.stores.tasks.request(task_id)
     url = str(request.callback_url)
     info: dict[str, Any] = {"last_attempt_at": time.time()}
-    why = refusal(url, d.settings)
+    why = refusal(url, d.settings, resolved=_resolve(url))
     if why:
         outbox.finish(task_id, "refused", {**info, "last_error": why})
         log.warning("task %s callback refused: %s", task_id, why)
@@ -181,6 +183,17 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     record = outbox.record(task_id)
     log.log(logging.INFO if ended == "delivered" else logging.WARNING, "task %s callback: %s", task_id, record)
     return record
+
+
+def _resolve(url: str) -> list[str]:
+    """What ``url``'s host resolves to (nothing when it does not: the POST then fails on its own)."""
+    host = urlsplit(url).hostname
+    if not host:
+        return []
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+    except (OSError, UnicodeError):
+        return []
 
 
 def _headers(d: Deps, task_id: str, attempt: int, body: bytes) -> dict[str, str]:

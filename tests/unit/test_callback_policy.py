@@ -1,0 +1,53 @@
+"""Where a callback may point (pure): every spelling of this machine's loopback is loopback, and
+this service's own endpoints (API, proxy, engine, Flower) are refused however they are written."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.callback_policy import LOOPBACK, canonical_host, refusal
+from pipeline.settings import Settings
+
+SETTINGS = Settings(api_url="http://127.0.0.1:8090", proxy_url="http://127.0.0.1:8091",
+                    upstream_url="http://10.0.0.7:8000,http://10.0.0.8:8000", flower_url="http://127.0.0.1:5555")
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "127.0.0.1", "127.1", "127.0.0.2", "2130706433",
+                                  "0x7f.0.0.1", "0177.0.0.1", "0x7f000001", "[::1]", "::ffff:127.0.0.1",
+                                  "[0:0:0:0:0:ffff:7f00:1]", "0.0.0.0", "0", "::", "api.localhost"])
+def test_every_spelling_of_loopback_is_loopback(host):
+    assert canonical_host(host) == LOOPBACK
+
+
+@pytest.mark.parametrize("host, want", [("10.0.0.7", "10.0.0.7"), ("012.0.0.7", "10.0.0.7"), ("167772167", "10.0.0.7"),
+                                        ("::ffff:10.0.0.7", "10.0.0.7"), ("Receiver.Lab", "receiver.lab"),
+                                        ("deadbeef.example", "deadbeef.example")])
+def test_other_hosts_keep_one_normal_form(host, want):
+    assert canonical_host(host) == want
+
+
+@pytest.mark.parametrize("url", ["http://2130706433:8091/admin/pause", "http://127.1:8091/admin/pause",
+                                 "http://[::ffff:127.0.0.1]:8090/rollout/task/submit", "http://0:8090/",
+                                 "http://0x7f.1:5555/api/worker/shutdown/x", "http://localhost:5555/",
+                                 "http://167772168:8000/v1/completions", "http://[::ffff:a00:7]:8000/"])
+def test_own_endpoints_are_refused_however_written(url):
+    assert refusal(url, SETTINGS) == "callback_url points at this service's own endpoints"
+
+
+def test_a_name_resolving_to_an_own_endpoint_is_refused_at_delivery():
+    url = "http://callbacks.example:8091/admin/pause"
+    assert refusal(url, SETTINGS) is None  # at submit: the name is not resolved
+    assert refusal(url, SETTINGS, resolved=["203.0.113.9", "127.0.0.1"]) is not None
+    assert refusal(url, SETTINGS, resolved=["203.0.113.9"]) is None
+
+
+def test_other_ports_and_hosts_receive_callbacks():
+    assert refusal("http://127.0.0.1:9000/hook", SETTINGS) is None
+    assert refusal("https://hooks.example/done", SETTINGS) is None
+    assert refusal("http://127.0.0.1:99999/", SETTINGS) == "callback_url has an invalid port"
+
+
+def test_the_allowed_hosts_setting_admits_only_those():
+    strict = SETTINGS.replace(callback_allowed_hosts="hooks.example")
+    assert refusal("https://hooks.example/done", strict) is None
+    assert "POLAR_CALLBACK_ALLOWED_HOSTS" in refusal("https://elsewhere.example/", strict)
