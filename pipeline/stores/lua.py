@@ -99,16 +99,28 @@ return transition(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 4)
 # which model calls are accepted. One round trip: check the key and the status and, if active,
 # take a sequence number and lease the call in flight (POSTRUN waits for in-flight calls before
 # reading the records). Returns {seq, status, token_in}; seq 0 = no session with this key, -1 =
-# not accepting calls; token_in = the session's agent.token_in ('' when off).
+# not accepting calls (status then says why); token_in = the session's agent.token_in ('' when
+# off). A session being cancelled, or past its budget ('deadline') or its agent's own
+# ('calls_until', agent_timeout), samples nothing more: its agent is being stopped, and an answer
+# sampled now (an agent outliving its SIGTERM) would be a turn the budget never allowed.
 SESSION_BEGIN_CALL = Lua("session_begin_call", """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st or redis.call('HGET', KEYS[1], 'key_digest') ~= ARGV[1] then return {0, '', ''} end
 for i = 4, #ARGV do
   if ARGV[i] == st then
+    local f = redis.call('HMGET', KEYS[1], 'cancel', 'deadline', 'calls_until', 'token_in')
+    if f[1] == '1' then return {-1, 'being cancelled', ''} end
+    if f[2] or f[3] then
+      local now = redis.call('TIME')
+      local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+      if (f[2] and t >= tonumber(f[2])) or (f[3] and t >= tonumber(f[3])) then
+        return {-1, 'past its time budget', ''}
+      end
+    end
     local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
     redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
     redis.call('EXPIRE', KEYS[2], 86400)
-    return {seq, st, redis.call('HGET', KEYS[1], 'token_in') or ''}
+    return {seq, st, f[4] or ''}
   end
 end
 return {-1, st, ''}

@@ -43,6 +43,7 @@ class F(str, Enum):
     ERROR = "error"
     CANCEL = "cancel"  # "1" once a cancel was requested
     DEADLINE = "deadline"  # epoch seconds; the budget counts from INIT start
+    CALLS_UNTIL = "calls_until"  # epoch seconds: the end of the agent's own budget (agent_timeout)
     RUNTIME = "runtime"  # JSON handle any worker can re-attach the runtime from
     AGENT_EXIT_CODE = "agent_exit_code"
     SEQ = "seq"  # model calls admitted so far (written by the begin-call script)

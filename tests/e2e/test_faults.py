@@ -139,3 +139,21 @@ def test_flower_sees_every_stage_queue_and_worker(client, demo_task, stack):
             all(t["name"].startswith("polar.stage.") for t in ours)
 
     wait_for(seen_all_stages, timeout=30, interval=0.5)
+
+
+def test_an_agent_outliving_its_stop_samples_nothing_after_its_budget(client, demo_task):
+    """The budget ends, RUN sends SIGTERM, and the agent uses its grace to call the model once
+    more: the proxy refuses that call (403, the budget named), so the TIMEOUT trajectory holds
+    only what was sampled within the budget."""
+    agent = Path(__file__).resolve().parents[1] / "fixtures" / "outlives_sigterm_agent.py"
+    demo_task.update(num_samples=1, timeout_seconds=300)
+    demo_task["metadata"]["agent_timeout"] = 4
+    demo_task["runtime"]["prepare"] = [{"type": "upload_file", "src": str(agent), "dst": "/polar/session/agent/a.py"}]
+    demo_task["agent"]["custom_shell"]["command"] = 'exec python "$POLAR_SESSION_DIR/agent/a.py"'
+    status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
+    [result] = status.results
+    assert result.status == SessionStatus.TIMEOUT, result.error
+    said = "".join(p.read_text(errors="replace") for p in Path(result.metadata["artifacts_dir"]).rglob("*")
+                   if p.is_file())
+    assert "first call answered" in said and "second call refused: 403" in said and "time budget" in said, said
+    assert len(result.trajectory.traces) == 1  # per_request: one trace per admitted call

@@ -20,7 +20,8 @@ from google import genai
 from google.genai import types as gtypes
 
 from infra.embedded_redis import free_port
-from tests.support import KINDS, MSG, PROVIDER_OF, call, records, running_session, wait_for
+from pipeline import keys
+from tests.support import KINDS, MSG, PROVIDER_OF, call, records, running_session, sid_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +45,28 @@ def test_success_through_every_provider(fake_stack, kind):
     assert len(done) == 2 and not errors
     assert [r["provider"] for r in done] == [PROVIDER_OF[kind]] * 2
     assert done[0]["response_ids"] == [101, 102, 103] and done[1]["stream"] is True
+
+
+@pytest.mark.parametrize("fields, why", [({"deadline": "{past}"}, "past its time budget"),
+                                         ({"calls_until": "{past}", "deadline": "{future}"}, "past its time budget"),
+                                         ({"cancel": "1"}, "being cancelled")])
+def test_a_session_past_its_budget_or_being_cancelled_samples_nothing(fake_stack, fields, why):
+    """Its agent is being stopped: every provider's SDK gets a 403 naming why, nothing is recorded."""
+    import redis
+
+    key = running_session(fake_stack.settings.redis_url)
+    r = redis.Redis.from_url(fake_stack.settings.redis_url)
+    r.hset(keys.session(sid_of(key)), mapping={"deadline": repr(time.time() + 60)})
+    call("openai", clients(fake_stack, key), "fake")  # within the budget: answered
+    now = time.time()
+    r.hset(keys.session(sid_of(key)),
+           mapping={k: v.format(past=repr(now - 0.5), future=repr(now + 60)) for k, v in fields.items()})
+    for kind in KINDS:
+        with pytest.raises(Exception) as info:
+            call(kind, clients(fake_stack, key), "fake")
+        assert getattr(info.value, "status_code", None) in (403, None) and why in str(info.value), (kind, info.value)
+    done, errors = records(fake_stack.settings.redis_url, key)
+    assert len(done) == 1 and not errors
 
 
 def test_stream_keepalives_while_a_slow_answer_is_computed(fake_stack):

@@ -10,7 +10,7 @@ import time
 
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
-from pipeline.stores.sessions import SessionState
+from pipeline.stores.sessions import F, SessionState
 from pipeline.stores.stage_runs import Handoff
 from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
@@ -20,7 +20,12 @@ from workers.stages.eval_runtime import Warmup
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     sid = state.session_id
-    if not d.stores.ready.claim_to_run(sid, run_started_at=time.time()):
+    now = time.time()
+    start: dict[str, float] = {"run_started_at": now}
+    own = agent_timeout(state)
+    if own is not None:  # the proxy samples nothing for the agent after it (and after the deadline)
+        start[F.CALLS_UNTIL.value] = now + own
+    if not d.stores.ready.claim_to_run(sid, **start):
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
     try:
         outcome, error, exit_code = _run_agent(d, state, lease)
@@ -43,8 +48,8 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     runtime = runtimes.attach(state.runtime or {})
     env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
-    agent_timeout = spec.metadata.get("agent_timeout")  # Polar's: the agent's own budget, from RUN's start
-    limit = min(remaining, float(agent_timeout)) if agent_timeout else remaining
+    own = agent_timeout(state)
+    limit = min(remaining, own) if own is not None else remaining
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     try:
         res = runtime.exec(
@@ -56,13 +61,19 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
             warmup.wait()
     if res.timed_out:
         if limit < remaining:
-            return Outcome.TIMEOUT, f"agent exceeded its {float(agent_timeout):g}s agent_timeout", None
+            return Outcome.TIMEOUT, f"agent exceeded its {own:g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
     if res.cancelled:
         return Outcome.CANCELLED, "cancelled while the agent ran", None
     if res.exit_code != 0:
         return Outcome.ERROR, f"agent exited {res.exit_code}: {output_tail(res)}", res.exit_code
     return Outcome.COMPLETED, None, 0
+
+
+def agent_timeout(state: SessionState) -> float | None:
+    """Polar's ``metadata.agent_timeout``: the agent's own budget in seconds, from RUN's start."""
+    value = state.spec.metadata.get("agent_timeout")
+    return float(value) if value else None
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
