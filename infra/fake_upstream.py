@@ -36,7 +36,8 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
     if environ["REQUEST_METHOD"] == "GET":
         if path in ("/health", "/v1/models"):
             return _reply(start_response, 200, {"object": "list", "data": [
-                {"id": "fake", "object": "model", "owned_by": "vllm", "max_model_len": 131072}]})
+                {"id": "fake", "object": "model", "owned_by": "vllm", "max_model_len": 131072,
+                 "root": "/srv/models/fake", "parent": None, "permission": []}]})
         return _reply(start_response, 404, {"error": {"message": "not found", "code": 404}})
     length = int(environ.get("CONTENT_LENGTH") or 0)
     raw = environ["wsgi.input"].read(length) if length else b""

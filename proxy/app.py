@@ -10,6 +10,7 @@ health, ``/admin/*`` and ``/metrics`` (both behind the admin token).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable, Iterable
 
@@ -90,7 +91,9 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         try:
             timeout = float(request.args.get("timeout_seconds", 600))
         except ValueError:
-            raise BadRequest("timeout_seconds must be a number", param="timeout_seconds") from None
+            timeout = math.nan
+        if not math.isfinite(timeout):
+            raise BadRequest("timeout_seconds must be a finite number", param="timeout_seconds")
         return _json(gw.control.pause(min(max(timeout, 0.0), 3600.0)))
 
     @app.post("/admin/resume")
@@ -127,8 +130,14 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
     return app
 
 
+# What an engine's model card may say to an agent: vLLM's and SGLang's ``root`` is the model's
+# path on the engine host (and ``permission`` its internals), nothing a harness reads.
+PRIVATE_CARD_FIELDS = ("root", "permission")
+
+
 def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
-    cards = [m for m in gw.pool.get_json("/v1/models").get("data") or [] if isinstance(m, dict) and m.get("id")]
+    cards = [{k: v for k, v in m.items() if k not in PRIVATE_CARD_FIELDS}
+             for m in gw.pool.get_json("/v1/models").get("data") or [] if isinstance(m, dict) and m.get("id")]
     if route.kind == "models":
         return _json(provider.models(cards))
     for card in cards:

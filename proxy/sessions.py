@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from pipeline.credentials import session_of_key
 from pipeline.schemas import TokenIn
-from pipeline.stores.sessions import SessionStore
+from pipeline.stores.sessions import ACCEPTS_CALLS, SessionStore
 from proxy.errors import SessionNotActive, SessionNotFound
 from proxy.providers.base import Headers
 
@@ -73,9 +73,14 @@ class SessionGate:
         return int(seq), TokenIn(mode) if mode else TokenIn.OFF
 
     def check(self, key: str | None) -> str:
-        """The session of a valid key (any status): for calls that read but do not sample."""
+        """The session of a live session's key: for calls that read but do not sample (stored
+        responses, token counts). An ended session's key opens nothing (its copies in artifacts
+        are redacted, but a key is dead once its session ends)."""
         sid = session_for(key)
-        if not self.sessions.holds_key(sid, key or ""):
+        status = self.sessions.key_status(sid, key or "")
+        if status is None:
             raise SessionNotFound(f"no session {sid} with this key")
+        if status not in ACCEPTS_CALLS:
+            raise SessionNotActive(f"session {sid} is {status.value} and no longer accepts calls")
         return sid
 

@@ -260,10 +260,12 @@ class SessionStore:
         """Model calls of the session in flight on a live proxy (a dead proxy's leases lapse)."""
         return int(self._r.zcount(keys.session_calls(session_id), f"({time.time()!r}", "+inf"))
 
-    def holds_key(self, session_id: str, key: str) -> bool:
-        """Whether ``key`` is this session's key (any status)."""
-        stored = self._r.hget(keys.session(session_id), F.KEY_DIGEST.value)
-        return stored is not None and same_secret(text(stored), key_digest(key))
+    def key_status(self, session_id: str, key: str) -> SessionStatus | None:
+        """The session's status when ``key`` is its key, else None."""
+        stored, status = self._r.hmget(keys.session(session_id), [F.KEY_DIGEST.value, F.STATUS.value])
+        if stored is None or status is None or not same_secret(text(stored), key_digest(key)):
+            return None
+        return SessionStatus(text(status))
 
 
 def _checked(fields: dict[str, Any]) -> dict[str, str]:

@@ -5,7 +5,6 @@ failure reaches the caller in its own provider's format and never becomes a comp
 from __future__ import annotations
 
 import json
-
 import threading
 import time
 
@@ -149,6 +148,39 @@ def test_models_count_tokens_and_preflight(proxy_app, redis_url):
     with pytest.raises(openai.NotFoundError):
         c["openai"].models.retrieve("nope")
     assert proxy_app.test_client().head(f"/s/{key}").status_code == 200  # Claude Code's preflight
+
+
+def test_model_cards_do_not_name_the_engines_model_path(proxy_app, redis_url):
+    """vLLM's cards say where the model lies on the engine host (``root``): not the agents' business."""
+    key = running_session(redis_url)
+    listed = proxy_app.test_client().get(f"/s/{key}/v1/models").get_json()["data"]
+    assert [m["id"] for m in listed] == ["fake"] and listed[0]["max_model_len"] == 131072
+    assert not any("root" in m or "permission" in m for m in listed), listed
+    one = proxy_app.test_client().get(f"/s/{key}/v1/models/fake").get_json()
+    assert one["id"] == "fake" and "root" not in one
+
+
+def test_an_ended_sessions_key_reads_nothing_either(proxy_app, redis_url, r):
+    """Stored responses, their input items and token counts need a live session's key, as calls do."""
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)
+    stored = c["openai"].responses.create(model="fake", input="hi", store=True)
+    assert c["openai"].responses.retrieve(stored.id).id == stored.id  # live: readable
+    SessionStore(r).transition(sid_of(key), SessionStatus.POSTRUN)
+    for read in (lambda: c["openai"].responses.retrieve(stored.id),
+                 lambda: c["openai"].responses.input_items.list(stored.id),
+                 lambda: c["openai"].responses.delete(stored.id),
+                 lambda: c["anthropic"].messages.count_tokens(model="fake", messages=MSG)):
+        with pytest.raises((openai.PermissionDeniedError, anthropic.PermissionDeniedError)) as info:
+            read()
+        assert "POSTRUN" in str(info.value.body)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "soon"])
+def test_pause_needs_a_finite_timeout(proxy_app, value):
+    resp = proxy_app.test_client().post("/admin/pause", query_string={"timeout_seconds": value})
+    assert resp.status_code == 400 and "finite number" in resp.get_json()["error"]["message"]
+    assert proxy_app.test_client().get("/admin/status").get_json()["paused"] is False
 
 
 def test_gemini_stream_without_alt_sse_is_a_json_array(proxy_app, redis_url):
