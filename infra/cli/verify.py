@@ -70,6 +70,8 @@ def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
         try:
             data = json.loads(raw)
         except ValueError:
+            if raw.lstrip()[:1] in (b"{", b"["):  # meant as JSON: its own error, not msgpack's
+                raise
             data = unpack(raw)
         if isinstance(data, dict) and "results" in data and "task_id" in data and "session_id" not in data:
             return TaskStatus.model_validate(data).results

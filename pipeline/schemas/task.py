@@ -323,6 +323,8 @@ class TaskRequest(_Spec):
     def _task_id(cls, v: str) -> str:
         if not TASK_ID.match(v):
             raise ValueError("task_id must be 1-200 printable characters without spaces, '/', '\\', '?', '#' or '%'")
+        if v in (".", ".."):  # a URL path segment of its own: every client resolves it away
+            raise ValueError("task_id may not be '.' or '..'")
         return v
 
     @field_validator("evaluator", mode="before")

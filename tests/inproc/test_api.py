@@ -240,7 +240,7 @@ def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monke
     assert info.value.status == 400 and info.value.body["error"]["fields"][0]["field"] == "runtime.prepare.0.src"
 
 
-@pytest.mark.parametrize("task_id", ["victim?x", "victim#x", "%2e%2e", "a\\b"])
+@pytest.mark.parametrize("task_id", ["victim?x", "victim#x", "%2e%2e", "a\\b", ".", ".."])
 def test_task_ids_that_would_read_as_another_url_are_refused(client, task_id):
     with pytest.raises(RolloutError) as info:
         client.submit({**TASK, "task_id": task_id})

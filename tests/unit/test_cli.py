@@ -138,6 +138,9 @@ def test_verify_usage_and_unreadable_file_are_exit_2(env, tmp_path):
     (tmp_path / "r.json").write_text(json.dumps({"session_id": 3}))
     out = polar(env, "verify", "--file", str(tmp_path / "r.json"))
     assert out.exit_code == 2 and "not a SessionResult" in out.stderr
+    (tmp_path / "cut.json").write_text('{"session_id": "s", "trajectory": {')  # cut short: JSON's own error
+    out = polar(env, "verify", "--file", str(tmp_path / "cut.json"))
+    assert out.exit_code == 2 and "Expecting property name" in out.stderr and "line 1 column 36" in out.stderr
 
 
 def test_generate_of_unreadable_instances_is_exit_2(env, tmp_path):
