@@ -27,6 +27,7 @@ from werkzeug.wrappers import Request, Response
 from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import session_of_key
 from pipeline.settings import Settings
+from proxy.content_encoding import decoded
 from proxy.detection import detect
 from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, Unavailable, UpstreamError
 from proxy.gateway import Call, Gateway
@@ -98,7 +99,7 @@ class ModelCalls:
         parsed = early = raw = None
         try:
             if body is None:
-                body, raw = json_body(req), req.get_data(cache=True)
+                body, raw = json_body_and_bytes(req)
             if not provider.stateful:
                 parsed = _parse(provider, body, route, provider.context(body, scope))
         except ProxyError as err:
@@ -270,11 +271,19 @@ class _Job:
 # --- request bodies, answers, errors (shared with the Flask routes) ------------------------------
 
 def json_body(req: Request) -> Any:
+    return json_body_and_bytes(req)[0]
+
+
+def json_body_and_bytes(req: Request) -> tuple[Any, bytes]:
+    """The request's JSON body, and its bytes as JSON (decompressed when it came compressed)."""
     raw = req.get_data(cache=True)
     limit = req.max_content_length
     if limit is not None and len(raw) >= limit and req.content_length is None and _more_input(req):
         # A chunked body (no Content-Length) is cut at the limit by werkzeug without an error.
         raise RequestEntityTooLarge()
+    encoding = req.environ.get("HTTP_CONTENT_ENCODING")
+    if encoding:
+        raw = decoded(raw, encoding, limit or Settings.model_fields["max_request_bytes"].default)
     try:
         # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
         body = orjson.loads(raw)
@@ -284,7 +293,7 @@ def json_body(req: Request) -> Any:
     # in C) cannot exceed it, and most requests are decided without walking them.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting_depth_exceeds(body, MAX_JSON_DEPTH):
         raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    return body
+    return body, raw
 
 
 def _more_input(req: Request) -> bool:

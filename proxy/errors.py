@@ -3,6 +3,7 @@
     ProxyError                      status  code
      ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
      │    ├── PayloadTooLarge        413
+ │    ├── UnsupportedMediaType   415    a request Content-Encoding the proxy cannot undo
      │    ├── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
      │    └── ContextOverflow        400    context_length_exceeded: the prompt (+ output) does not fit
      ├── NotFound                    404    unknown model or stored response
@@ -41,6 +42,10 @@ class BadRequest(ProxyError):
 
 class PayloadTooLarge(BadRequest):
     status, code = 413, "request_too_large"
+
+
+class UnsupportedMediaType(BadRequest):
+    status, code = 415, "unsupported_media_type"
 
 
 class UnsupportedFeature(BadRequest):

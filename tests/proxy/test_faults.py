@@ -4,6 +4,7 @@ is tested in-process (tests/inproc/test_proxy_app.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -67,6 +68,35 @@ def test_a_session_past_its_budget_or_being_cancelled_samples_nothing(fake_stack
         assert getattr(info.value, "status_code", None) in (403, None) and why in str(info.value), (kind, info.value)
     done, errors = records(fake_stack.settings.redis_url, key)
     assert len(done) == 1 and not errors
+
+
+def test_compressed_request_bodies_as_codex_sends_them(fake_stack):
+    """Codex CLI sends large Responses bodies zstd-compressed (and gzip is common): undone before
+    anything reads them, the record keeping the JSON; a bomb is 413 and an unknown coding 415,
+    in the caller's format."""
+    import gzip
+
+    import zstandard
+
+    key = running_session(fake_stack.settings.redis_url)
+    base = f"{fake_stack.settings.proxy_url}/s/{key}"
+    responses = {"model": "fake", "input": [{"role": "user", "content": "hello " * 3000}], "stream": True}
+    chat = {"model": "fake", "messages": MSG}
+    sent = [("/v1/responses", "zstd", zstandard.ZstdCompressor(level=3).compress(json.dumps(responses).encode())),
+            ("/v1/chat/completions", "gzip", gzip.compress(json.dumps(chat).encode()))]
+    for path, coding, data in sent:
+        answer = httpx.post(base + path, content=data, timeout=30,
+                            headers={"content-type": "application/json", "content-encoding": coding})
+        assert answer.status_code == 200, answer.text[:300]
+    done, errors = records(fake_stack.settings.redis_url, key)
+    assert [r["original_request"] for r in done] == [responses, chat] and not errors
+    bomb = zstandard.ZstdCompressor().compress(b"{" + b" " * 70_000_000 + b"}")  # past the 64 MiB limit
+    refused = httpx.post(base + "/v1/responses", content=bomb, timeout=30,
+                         headers={"content-type": "application/json", "content-encoding": "zstd"})
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "request_too_large", refused.text
+    unknown = httpx.post(base + "/v1/messages", content=b"...", timeout=30,
+                         headers={"content-type": "application/json", "content-encoding": "br"})
+    assert unknown.status_code == 415 and unknown.json()["type"] == "error", unknown.text  # Anthropic's shape
 
 
 def test_stream_keepalives_while_a_slow_answer_is_computed(fake_stack):

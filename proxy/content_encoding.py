@@ -1,0 +1,73 @@
+"""Compressed request bodies (pure): ``Content-Encoding: zstd`` or ``gzip`` (Codex CLI compresses
+large Responses bodies with zstd; pi's Codex-style path does too), ``deflate``, and a list of
+them (applied in order, so undone in reverse). A body is never inflated past the proxy's request
+limit (a small bomb cannot become gigabytes): past it, ``PayloadTooLarge``."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from typing import Callable
+
+from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+
+
+def decoded(raw: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """``raw`` with its content codings undone, at most ``limit`` bytes."""
+    if not content_encoding:
+        return raw
+    for coding in reversed([c.strip().lower() for c in content_encoding.split(",") if c.strip()]):
+        if coding == "identity":
+            continue
+        decode = DECODERS.get(coding)
+        if decode is None:
+            raise UnsupportedMediaType(f"request Content-Encoding {coding!r} is not supported "
+                                       f"(supported: {', '.join(sorted(DECODERS))}, identity)")
+        try:
+            raw = decode(raw, limit)
+        except PayloadTooLarge:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- every codec's own error: the body is not what it says
+            raise BadRequest(f"request body is not valid {coding} data ({type(exc).__name__}: {exc})") from None
+        if len(raw) > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
+    return raw
+
+
+def _zlib(raw: bytes, limit: int, wbits: int) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(raw, limit + 1)
+    if len(out) > limit:
+        raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
+    if not inflater.eof:
+        raise ValueError("the compressed data ends early")
+    return out
+
+
+def _gzip(raw: bytes, limit: int) -> bytes:
+    return _zlib(raw, limit, 16 + zlib.MAX_WBITS)
+
+
+def _deflate(raw: bytes, limit: int) -> bytes:
+    # HTTP's "deflate" is the zlib format; some clients send raw deflate: both are read.
+    try:
+        return _zlib(raw, limit, zlib.MAX_WBITS)
+    except zlib.error:
+        return _zlib(raw, limit, -zlib.MAX_WBITS)
+
+
+def _zstd(raw: bytes, limit: int) -> bytes:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+    out = reader.read(limit + 1)
+    if len(out) > limit:
+        raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
+    if raw and not out:
+        raise ValueError("no complete zstd frame")
+    # (A frame cut short reads as the text before the cut: never valid JSON, the parser says so.)
+    return out
+
+
+DECODERS: dict[str, Callable[[bytes, int], bytes]] = {"gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate,
+                                                      "zstd": _zstd}

@@ -1,0 +1,55 @@
+"""Compressed request bodies (pure): each coding undone, in reverse order for a list, never past
+the limit, and a body that is not what its coding says is the client's 400."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+import zstandard
+
+from proxy.content_encoding import decoded
+from proxy.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+
+BODY = b'{"model": "m", "input": "' + b"hello " * 2000 + b'"}'
+
+
+@pytest.mark.parametrize("coding, pack", [
+    ("gzip", gzip.compress), ("x-gzip", gzip.compress), ("deflate", zlib.compress),
+    ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some clients send it
+    ("zstd", lambda b: zstandard.ZstdCompressor(level=3).compress(b)),
+    ("zstd", lambda b: zstandard.ZstdCompressor(write_content_size=False).compress(b)),  # streamed: no size
+    ("identity", lambda b: b), ("GZIP ", gzip.compress),
+])
+def test_each_coding_is_undone(coding, pack):
+    assert decoded(pack(BODY), coding, 1 << 20) == BODY
+
+
+def test_a_list_of_codings_is_undone_in_reverse():
+    packed = zstandard.ZstdCompressor().compress(gzip.compress(BODY))  # gzip first, then zstd
+    assert decoded(packed, "gzip, zstd", 1 << 20) == BODY
+
+
+@pytest.mark.parametrize("coding, pack", [("gzip", gzip.compress), ("deflate", zlib.compress),
+                                          ("zstd", lambda b: zstandard.ZstdCompressor().compress(b)),
+                                          ("zstd", lambda b: zstandard.ZstdCompressor(write_content_size=False).compress(b))])
+def test_a_bomb_stops_at_the_limit(coding, pack):
+    bomb = pack(b"{" + b" " * 50_000_000 + b"}")  # ~50 MB of JSON in well under 100 KB
+    assert len(bomb) < 100_000
+    with pytest.raises(PayloadTooLarge):
+        decoded(bomb, coding, 1_000_000)
+
+
+@pytest.mark.parametrize("coding, data", [("gzip", b"not gzip at all"), ("zstd", b"\x28\xb5\x2f\xfdnope"),
+                                          ("gzip", gzip.compress(BODY)[:-20]), ("deflate", b"\x00\x01garbage")])
+def test_data_that_is_not_its_coding_is_a_bad_request(coding, data):
+    with pytest.raises(BadRequest) as info:
+        decoded(data, coding, 1 << 20)
+    assert type(info.value) is BadRequest and f"not valid {coding} data" in info.value.message
+
+
+def test_an_unknown_coding_is_415_naming_what_is_supported():
+    with pytest.raises(UnsupportedMediaType) as info:
+        decoded(b"x", "br", 1 << 20)
+    assert info.value.status == 415 and "'br'" in info.value.message and "zstd" in info.value.message
