@@ -82,7 +82,11 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
     """The end of what the agent printed: stderr, else stdout (some CLIs print errors there)."""
     text = ANSI.sub("", res.stderr).strip() or ANSI.sub("", res.stdout).strip()
-    return text[-limit:] if text else "(no output)"
+    if len(text) <= limit:
+        return text or "(no output)"
+    tail = text[-limit:]
+    start = tail.find("\n")  # whole lines: the first one kept is not cut in the middle
+    return "..." + (tail[start:] if 0 <= start < limit // 2 else tail)
 
 
 def _cancel_check(d: Deps, sid: str, lease: StageLease):
