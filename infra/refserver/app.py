@@ -160,6 +160,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
 
         # Ids and logprobs cover everything sampled, think block included; only the text is split.
         reasoning, content, calls = parse_chat_output(gen.text, bool(tools) and tool_choice != "none")
+        if body.get("parallel_tool_calls") is False:  # as vLLM: calls after the first are dropped (still sampled)
+            calls = calls[:1]
         result = ChatResult(model, prompt_ids, gen, reasoning, content, calls, top, isinstance(tool_choice, dict))
         return _ok(shape.chat_response(engine, result, opts, int(time.time())))
 

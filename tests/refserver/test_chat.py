@@ -187,6 +187,23 @@ def test_tool_calls_parsed_from_sampled_text(app, engine, monkeypatch):
     assert "tool_calls" not in no_tools["message"]
 
 
+def test_parallel_tool_calls_false_keeps_the_first_call_as_vllm_does(app, engine, monkeypatch):
+    """vLLM drops every call after the first from the answer (not from what was sampled)."""
+    from infra.refserver.engine import Generation
+
+    call = '<tool_call>\n{{"name": "bash", "arguments": {{"command": "{}"}}}}\n</tool_call>'
+    text = call.format("ls") + "\n" + call.format("pwd")
+    ids = engine.tokenize_text(text, add_special_tokens=False) + [engine.eos_token_id]
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: Generation(ids, [-1.0] * len(ids), "stop", None, text, None))
+    client = app.test_client()
+    msg = [{"role": "user", "content": "go"}]
+    both = post_chat(client, messages=msg, tools=[BASH_TOOL], logprobs=True)["choices"][0]
+    assert [c["function"]["arguments"] for c in both["message"]["tool_calls"]] == ['{"command": "ls"}', '{"command": "pwd"}']
+    one = post_chat(client, messages=msg, tools=[BASH_TOOL], logprobs=True, parallel_tool_calls=False)["choices"][0]
+    assert [c["function"]["arguments"] for c in one["message"]["tool_calls"]] == ['{"command": "ls"}']
+    assert one["finish_reason"] == "tool_calls" and len(one["logprobs"]["content"]) == len(both["logprobs"]["content"])
+
+
 def test_chat_prompt_logprobs(client, teacher_forced):
     data = post_chat(client, messages=CONVO[:2], max_tokens=1, prompt_logprobs=2, return_token_ids=True)
     prompt = data["prompt_token_ids"]
