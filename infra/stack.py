@@ -29,7 +29,7 @@ import kombu.exceptions
 import redis
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
-from infra.tokens import redis_password, with_tokens, without_password
+from infra.tokens import make_home, redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
 
@@ -100,9 +100,7 @@ class Stack:
         """``on_waiting``: called while starting with the children not ready yet (a progress display)."""
         if on_waiting is not None:
             self._on_waiting = on_waiting
-        # A new home is the user's alone: results, artifacts and Redis's files hold sessions' keys
-        # and trajectories (an existing one keeps the mode its owner gave it).
-        self.settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_home(self.settings)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         s = with_tokens(self.settings)
         if not s.upload_roots:  # what tasks may upload: the examples, and where the stack was started

@@ -23,6 +23,13 @@ SECRETS = ("api_token", "admin_token", "flower_basic_auth", "callback_secret")
 REDIS_PASSWORD = "redis_password"
 
 
+def make_home(settings: Settings) -> Path:
+    """``$POLAR_HOME``, created the user's alone when new: it holds these secrets, results,
+    artifacts and Redis's files (an existing one keeps the mode its owner gave it)."""
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return settings.home
+
+
 def tokens_file(settings: Settings) -> Path:
     return settings.home / "tokens.json"
 
@@ -37,7 +44,7 @@ def _load(path: Path) -> dict[str, str]:
 
 
 def _store(path: Path, stored: dict[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(stored, f, indent=2)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from infra.tokens import make_home
 from pipeline.settings import Settings
 
 
@@ -24,7 +25,10 @@ def build(out: Path | None, seed: int, force: bool) -> None:
     """Build the tiny offline model (BPE tokenizer, ChatML template, tiny Qwen2)."""
     from infra.refserver import build_tiny_model
 
-    click.echo(build_tiny_model(out or Settings.from_env().model_dir, seed=seed, force=force))
+    settings = Settings.from_env()
+    if out is None:
+        make_home(settings)
+    click.echo(build_tiny_model(out or settings.model_dir, seed=seed, force=force))
 
 
 @model.command("serve")
@@ -48,6 +52,7 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
 
     settings = Settings.from_env()
     if model_dir is None:
+        make_home(settings)
         model_dir = build_tiny_model(settings.model_dir)
     parsed = {}
     for item in policies:

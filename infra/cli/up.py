@@ -14,7 +14,7 @@ import click
 from infra.cli.errors import INTERRUPTED, Unusable
 from infra.cli.output import emit_json, json_option, note
 from infra.cli.state import up_state_file, write_up_state
-from infra.tokens import tokens_file
+from infra.tokens import make_home, tokens_file
 from pipeline.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # a source checkout
@@ -133,6 +133,7 @@ def demo(samples: int, timeout: float, as_json: bool) -> None:
     if settings.redis_url is None:
         note("redis: embedded (no POLAR_REDIS_URL)", as_json)
     t = time.monotonic()
+    make_home(settings)
     model_dir = build_tiny_model(settings.model_dir)
     note(f"model: {model_dir} ({time.monotonic() - t:.1f}s)", as_json)
     stack = _stack(settings, DEMO_POLICY, None, True, False)

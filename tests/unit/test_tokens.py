@@ -8,7 +8,7 @@ import os
 import pytest
 
 from infra.cli.state import client_settings, write_up_state
-from infra.tokens import redis_password, stored_redis_password, tokens_file, with_password, without_password
+from infra.tokens import make_home, redis_password, stored_redis_password, tokens_file, with_password, without_password
 from pipeline.settings import Settings
 
 
@@ -48,3 +48,14 @@ def test_client_commands_get_the_password_up_json_leaves_out(tmp_path, monkeypat
     assert client_settings().redis_url == with_password("redis://127.0.0.1:6390/0", password)
     monkeypatch.setenv("POLAR_REDIS_URL", "redis://other:6379/0")  # an explicit variable wins, as it is
     assert client_settings().redis_url == "redis://other:6379/0"
+
+
+def test_a_new_home_is_the_users_alone_and_an_old_one_keeps_its_mode(tmp_path):
+    new = Settings(home=tmp_path / "fresh" / "polar")
+    redis_password(new)  # what first writes into it
+    assert new.home.stat().st_mode & 0o077 == 0 and tokens_file(new).stat().st_mode & 0o077 == 0
+    (tmp_path / "shared").mkdir(mode=0o755)
+    (tmp_path / "shared").chmod(0o755)
+    old = Settings(home=tmp_path / "shared")
+    make_home(old)
+    assert old.home.stat().st_mode & 0o777 == 0o755
