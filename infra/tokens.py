@@ -94,17 +94,20 @@ def stored_redis_password(settings: Settings) -> str | None:
 
 
 def without_password(url: str) -> str:
-    """``url`` with its password (and user) taken out: what may be shown and written down."""
+    """``url`` with its password taken out (an ACL user name stays: it is no secret): what may
+    be shown and written down."""
     parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
+    if parts.password is None:
         return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=host))
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
 
 
 def with_password(url: str, password: str) -> str:
-    """``url`` authenticated by ``password`` (unless it names credentials already)."""
+    """``url`` authenticated by ``password`` (for its user, if it names one), unless it has one."""
     parts = urlsplit(url)
-    if parts.password is not None or parts.username is not None:
+    if parts.password is not None:
         return url
-    return urlunsplit(parts._replace(netloc=f":{quote(password, safe='')}@{parts.netloc}"))
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))

@@ -14,7 +14,7 @@ from pipeline.settings import Settings
 
 @pytest.mark.parametrize("url, shown", [
     ("redis://:s3cret@127.0.0.1:6380/0", "redis://127.0.0.1:6380/0"),
-    ("redis://user:s%40cret@redis.lab:6379/2", "redis://redis.lab:6379/2"),
+    ("redis://trainer:s%40cret@redis.lab:6379/2", "redis://trainer@redis.lab:6379/2"),  # an ACL user stays
     ("rediss://127.0.0.1:6380/0", "rediss://127.0.0.1:6380/0"),
 ])
 def test_without_password_keeps_everything_but_the_credentials(url, shown):
@@ -24,6 +24,7 @@ def test_without_password_keeps_everything_but_the_credentials(url, shown):
 def test_with_password_quotes_it_and_leaves_named_credentials_alone():
     assert with_password("redis://127.0.0.1:6380/0", "a@b/c") == "redis://:a%40b%2Fc@127.0.0.1:6380/0"
     assert with_password("redis://:own@127.0.0.1:6380/0", "other") == "redis://:own@127.0.0.1:6380/0"
+    assert with_password("redis://trainer@redis.lab:6379/2", "p w") == "redis://trainer:p%20w@redis.lab:6379/2"
 
 
 def test_the_embedded_password_is_generated_once_and_kept_private(tmp_path):
