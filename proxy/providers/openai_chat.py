@@ -184,16 +184,25 @@ class ChatStream:
         base = {**self._base, "model": response["model"]}  # type: ignore[dict-item]
         choice = response["choices"][0]
         msg = choice["message"]
+        # Every sampled token's logprob goes out once: on the text's chunk, else (a turn of tool
+        # calls or reasoning only) on the first chunk after the head, as vLLM streams them.
+        logprobs = choice.get("logprobs")
+        pending = None if msg.get("content") else logprobs
+        deltas: list[dict[str, Any]] = []
         if msg.get("reasoning_content"):
-            out.append(self._chunk(base, {"reasoning_content": msg["reasoning_content"]}))
+            deltas.append({"reasoning_content": msg["reasoning_content"]})
         if msg.get("content"):
-            out.append(self._chunk(base, {"content": msg["content"]}, logprobs=choice.get("logprobs")))
+            deltas.append({"content": msg["content"]})
         for i, call in enumerate(msg.get("tool_calls") or []):
             fn = call["function"]
-            out.append(self._chunk(base, {"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                                          "function": {"name": fn["name"], "arguments": ""}}]}))
-            out.append(self._chunk(base, {"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]}))
-        out.append(self._chunk(base, {}, finish=choice["finish_reason"]))
+            deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                           "function": {"name": fn["name"], "arguments": ""}}]})
+            deltas.append({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+        for delta in deltas:
+            mine = logprobs if "content" in delta else pending
+            pending = None if mine is pending else pending
+            out.append(self._chunk(base, delta, logprobs=mine))
+        out.append(self._chunk(base, {}, finish=choice["finish_reason"], logprobs=pending))
         if self.parsed.extra.get("include_usage"):
             out.append(data_event({**base, "choices": [], "usage": response["usage"]}))
         out.append(done_event())

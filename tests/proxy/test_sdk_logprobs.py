@@ -98,3 +98,25 @@ def test_not_asked_for_none_come_back(ref_stack, name):
     assert CALLERS[name](ref_stack.settings.proxy_url, key, False, asked=False) == []
     (rec,) = records(ref_stack, key)
     assert rec["response_logprobs"]  # recorded for training all the same
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_turn_of_tool_calls_only_streams_its_logprobs_too(ref_stack, stream):
+    """No text to hang them on: the stream still carries every sampled token's logprob, once."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    args = dict(model="sdk-tools", messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+                tools=tools, logprobs=True)
+    if stream:
+        chunks = [c for c in sdk.chat.completions.create(stream=True, **args) if c.choices]
+        assert [c.choices[0].finish_reason for c in chunks][-1] == "tool_calls"
+        got = [e.logprob for c in chunks for e in (c.choices[0].logprobs.content if c.choices[0].logprobs else None) or []]
+    else:
+        choice = sdk.chat.completions.create(**args).choices[0]
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        got = [e.logprob for e in choice.logprobs.content]
+    (rec,) = records(ref_stack, key)
+    assert got and got == pytest.approx(rec["response_logprobs"][:len(got)], abs=1e-6)
+    assert len(got) >= len(rec["response_logprobs"]) - 1
