@@ -205,7 +205,7 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
                 raise BadRequest(f"{where}.content.{j}.input: Input should be a valid dictionary",
                                  param=f"{where}.content.{j}.input")
             calls.append({"id": b["id"], "type": "function",
-                          "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
+                          "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {}, ensure_ascii=False)}})
         elif kind in ("tool_result", "image", "document"):  # the user's blocks, misplaced
             raise BadRequest(f"{where}.content.{j}: a {kind} block belongs in a user message",
                              param=f"{where}.content.{j}.type")
@@ -382,7 +382,7 @@ def _block_events(i: int, block: dict[str, Any]) -> list[bytes]:
         return [ev("content_block_start", content_block={"type": "tool_use", "id": block["id"],
                                                          "name": block["name"], "input": {}}),
                 ev("content_block_delta", delta={"type": "input_json_delta",
-                                                 "partial_json": json.dumps(block["input"])}),
+                                                 "partial_json": json.dumps(block["input"], ensure_ascii=False)}),
                 ev("content_block_stop")]
     return [ev("content_block_start", content_block={"type": "text", "text": ""}),
             ev("content_block_delta", delta={"type": "text_delta", "text": block["text"]}),

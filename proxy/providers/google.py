@@ -38,6 +38,7 @@ from proxy.providers.base import (
     stop_list,
     top_logprobs,
 )
+from proxy.providers.google_schema import camel, json_schema
 from proxy.sse import data_event
 
 NAME = "google"
@@ -64,8 +65,7 @@ def camel_keys(value: Any) -> Any:
         return value
     out = {}
     for key, v in value.items():
-        head, *rest = key.split("_")
-        name = head + "".join(w[:1].upper() + w[1:] for w in rest) if rest else key
+        name = camel(key)
         out[name] = v if name in _OPAQUE else camel_keys(v)
     return out
 
@@ -74,6 +74,9 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     body = camel_keys(require_object(body))
     if isinstance(body.get("generateContentRequest"), dict):  # countTokens' wrapped form
         body = body["generateContentRequest"]
+    if body.get("cachedContent"):  # answering without it would record a prompt missing its context
+        raise UnsupportedFeature("cachedContent is not supported: this endpoint keeps no context caches; "
+                                 "send the cached contents in the request", param="cachedContent")
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise BadRequest("contents is not specified", param="contents")
@@ -110,9 +113,9 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     stops = stop_list(cfg.get("stopSequences"), "generationConfig.stopSequences")
     if stops:
         chat["stop"] = stops
-    schema = cfg.get("responseJsonSchema") or cfg.get("responseSchema")
+    schema = cfg.get("responseJsonSchema") or json_schema(cfg.get("responseSchema"))
     if cfg.get("responseMimeType") == "application/json":
-        chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": _schema(schema)}}
+        chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
                                    if isinstance(schema, dict) else {"type": "json_object"})
     thinking: dict[str, Any] = cfg["thinkingConfig"] if isinstance(cfg.get("thinkingConfig"), dict) else {}
     if thinking.get("thinkingBudget") == 0:
@@ -198,7 +201,7 @@ def _model_turn(run: list[tuple[int, list[Any]]], pending: dict[str, list[str]])
                 call_id = fc.get("id") or f"call_{i}_{j}"
                 pending.setdefault(fc["name"], []).append(call_id)
                 calls.append({"id": call_id, "type": "function",
-                              "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {})}})
+                              "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {}, ensure_ascii=False)}})
             elif isinstance(p.get("text"), str):
                 (reasoning if p.get("thought") else text).append(p["text"])
     return assistant_history_message(text, reasoning, calls)
@@ -219,7 +222,7 @@ def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]])
         value = response.get("output", response.get("error"))
     else:
         value = response
-    return {"role": "tool", "tool_call_id": call_id, "content": value if isinstance(value, str) else json.dumps(value)}
+    return {"role": "tool", "tool_call_id": call_id, "content": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}
 
 
 def _media(p: dict[str, Any], where: str) -> dict[str, Any]:
@@ -229,15 +232,6 @@ def _media(p: dict[str, Any], where: str) -> dict[str, Any]:
     if isinstance(file, dict) and isinstance(file.get("fileUri"), str):
         return {"type": "image_url", "image_url": {"url": file["fileUri"]}}
     raise UnsupportedFeature(f"{where}: only image inlineData and fileData are supported", param=where)
-
-
-def _schema(schema: Any) -> Any:
-    """Gemini's OpenAPI-subset schema (``type: OBJECT``) as plain JSON Schema."""
-    if isinstance(schema, dict):
-        return {k: (v.lower() if k == "type" and isinstance(v, str) else _schema(v)) for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [_schema(v) for v in schema]
-    return schema
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
@@ -252,7 +246,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"tools[{i}].functionDeclarations must be a list of objects",
                              param=f"tools[{i}].functionDeclarations")
         for j, decl in enumerate(decls or []):
-            params = decl.get("parametersJsonSchema", _schema(decl.get("parameters")))
+            params = decl.get("parametersJsonSchema", json_schema(decl.get("parameters")))
             out.append(function_tool(decl.get("name"), decl.get("description"), params,
                                      f"tools[{i}].functionDeclarations[{j}].name"))
         # googleSearch, codeExecution, urlContext ... run at the vendor: dropped

@@ -160,7 +160,7 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
                 raise BadRequest(f"{where} needs 'call_id' and 'name'", param=where)
             if kind == "function_call" and item.get("arguments") is not None and not isinstance(item["arguments"], str):
                 raise BadRequest(f"{where}.arguments must be a string (JSON text)", param=f"{where}.arguments")
-            args = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input", "")})
+            args = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input", "")}, ensure_ascii=False)
             msg = assistant()
             msg.setdefault("tool_calls", []).append(
                 {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args or "{}"}})

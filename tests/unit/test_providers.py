@@ -293,6 +293,48 @@ def test_gemini_openapi_schema_and_tool_config():
     assert chat["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+def test_gemini_schemas_become_json_schema_whatever_their_spelling():
+    """The genai SDK's snake_case keywords, OpenAPI's nullable, property names left alone."""
+    sdk_schema = {"type": "OBJECT", "property_ordering": ["a", "max_items"], "required": ["a"], "properties": {
+        "a": {"type": "STRING", "min_length": 1},
+        "max_items": {"type": "ARRAY", "nullable": True, "max_items": 3, "items": {"type": "INTEGER"}},
+        "either": {"any_of": [{"type": "STRING"}, {"type": "NUMBER"}], "nullable": True}}}
+    want = {"type": "object", "required": ["a"], "properties": {
+        "a": {"type": "string", "minLength": 1},
+        "max_items": {"type": ["array", "null"], "maxItems": 3, "items": {"type": "integer"}},
+        "either": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]}}}
+    body = {"contents": [{"parts": [{"text": "x"}]}],
+            "tools": [{"function_declarations": [{"name": "f", "parameters": sdk_schema}]}],
+            "generation_config": {"response_mime_type": "application/json", "response_schema": sdk_schema}}
+    chat = G.parse(body, path_model="m").chat
+    assert chat["tools"][0]["function"]["parameters"] == want
+    assert chat["response_format"]["json_schema"]["schema"] == want
+    given = {"type": "object", "properties": {"NULLABLE": {"type": "string"}}, "additionalProperties": False}
+    as_json = G.parse({**body, "generation_config": {"response_mime_type": "application/json",
+                                                     "response_json_schema": given}}, path_model="m").chat
+    assert as_json["response_format"]["json_schema"]["schema"] == given  # JSON Schema already: as sent
+
+
+def test_gemini_non_ascii_tool_calls_and_results_reach_the_engine_as_written():
+    chat = G.parse({"contents": [
+        {"role": "user", "parts": [{"text": "Wetter?"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "w", "args": {"city": "Zürich"}, "id": "c"}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "w", "id": "c", "response": {"result": "東京: 晴れ"}}}]},
+    ]}, path_model="m").chat
+    assert chat["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Zürich"}'
+    assert chat["messages"][2]["content"] == '{"result": "東京: 晴れ"}'
+    a = A.parse(anthropic_body(messages=[
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Zürich"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}])).chat
+    assert a["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Zürich"}'
+
+
+def test_gemini_cached_content_is_refused_not_ignored():
+    with pytest.raises(UnsupportedFeature, match="cachedContent"):
+        G.parse({"contents": [{"parts": [{"text": "x"}]}], "cached_content": "cachedContents/abc"}, path_model="m")
+
+
 def test_gemini_response_validates_with_the_sdk():
     parsed = G.parse({"contents": [{"parts": [{"text": "x"}]}],
                       "generationConfig": {"thinkingConfig": {"includeThoughts": True}}}, path_model="m")
