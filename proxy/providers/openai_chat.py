@@ -68,6 +68,10 @@ def normalize(body: Any) -> dict[str, Any]:
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of objects", param="tools")
+    for legacy in ("functions", "function_call"):  # the engines read tools only: the model would never see them
+        if body.get(legacy) is not None:
+            raise BadRequest(f"'{legacy}' (deprecated) is not supported here: send 'tools' and 'tool_choice'",
+                             param=legacy)
     out: dict[str, Any] = {"model": model, "messages": out_messages}
     for key in _FORWARD:
         if key in body and body[key] is not None:

@@ -97,6 +97,8 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
             raise BadRequest("tool_choice.tools names none of the request's tools", param="tool_choice.tools")
         if body.get("parallel_tool_calls") is False:
             chat["parallel_tool_calls"] = False
+    elif body.get("tool_choice") is not None:
+        _tool_choice(body["tool_choice"], set())  # a named tool among none is the client's 400, as OpenAI answers it
     reasoning = body.get("reasoning") or {}
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]

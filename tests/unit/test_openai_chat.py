@@ -71,6 +71,9 @@ def test_empty_tools_are_dropped_with_tool_choice():
     ({"messages": [{"role": "user", "content": {"a": 1}}]}, "messages[0].content"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "out"}]}, "messages[1].tool_call_id"),
+    # the legacy function-calling fields: the engines would silently drop them
+    ({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"messages": [{"role": "user", "content": "x"}], "function_call": "auto"}, "function_call"),
 ])
 def test_bad_requests_name_the_parameter(body, param):
     body = {"model": "m", **body} if param != "model" else body

@@ -118,6 +118,7 @@ def test_anthropic_structured_output_is_the_engines_json_schema():
     (anthropic_body(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
         {"type": "tool_result", "tool_use_id": "t", "content": "out"}]}]), "messages.1.content.0.type"),
     (anthropic_body(tools=[{"type": "computer_20250124", "name": "computer"}]), "tools.0.type"),
+    (anthropic_body(tool_choice={"type": "tool", "name": "bash"}), "tool_choice.name"),  # no tools at all
 ])
 def test_anthropic_bad_requests(body, param):
     with pytest.raises(BadRequest) as info:
@@ -212,6 +213,7 @@ def test_reasoning_tokens_are_reported_apart_in_responses_and_gemini_usage():
       "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "g"}]}}, BadRequest),
     ({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
      BadRequest),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, BadRequest),  # no tools
 ])
 def test_responses_bad_requests(body, error):
     with pytest.raises(error):
