@@ -6,6 +6,7 @@ configs too)::
      ├── ConfigError              a setting (POLAR_* variable) is unknown or invalid
      ├── StateError               a Redis store refused a write or lacks a record
      │    ├── TransitionRefused   a session status write the state machine forbids
+ │    ├── LeaseLost           a stage's lease was taken over (it stalled past it): it writes nothing
      │    ├── TaskExists          submit of a task id that is taken
      │    └── TaskNotFound
      ├── BlobFormatError          a result or trajectory blob this code cannot read (pipeline/blobs)
@@ -41,6 +42,12 @@ class TransitionRefused(StateError):
     def __init__(self, session_id: str, current: str | None, target: str) -> None:
         self.session_id, self.current, self.target = session_id, current, target
         super().__init__(f"session {session_id}: {current or 'missing'} -> {target} refused")
+
+
+class LeaseLost(StateError):
+    """A stage copy outlived its lease (a stalled worker) and another copy or the reaper took it
+    over: its end is refused whole -- nothing it computed is written -- and it must not act
+    (tear down, kill) on the session any more."""
 
 
 class TaskExists(StateError):

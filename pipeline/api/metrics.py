@@ -12,7 +12,7 @@ figures, and no worker has to serve HTTP). Behind the API's bearer token like ev
     polar_results_dead_letters            entries moved to the dead-letter stream
     polar_results_trims_held_back         trims held back because a group still needed entries
     polar_stage_runs_total{stage,result}  stage runs by how they ended: done, skipped, duplicate,
-                                          already-done, missing, failed (counter)
+                                          already-done, missing, failed, lease-lost (counter)
     polar_stage_duration_seconds{stage}   how long stage runs took (histogram: _bucket{le}, _sum, _count)
     polar_sessions_finished_total{status} sessions published, by terminal status (counter)
 """

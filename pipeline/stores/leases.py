@@ -21,6 +21,7 @@ import redis
 
 from pipeline import keys
 from pipeline.codec import text
+from pipeline.errors import LeaseLost
 from pipeline.status import Stage
 from pipeline.stores import lua
 
@@ -51,6 +52,16 @@ class StageLease:
     def adopt(self) -> None:
         """The lease is held (a script took it): keep it alive from now on."""
         LeaseKeeper.of(self._r).hold(self)
+
+    def confirm(self) -> None:
+        """Before an act that cannot be undone (tearing a runtime down): raise ``LeaseLost`` if
+        another copy took this stage over while this one stalled (one round trip)."""
+        held = lua.bind(self._r, lua.LEASE_CONFIRM)(keys=[*_KEYS, keys.LEASE_SENT],
+                                                    args=[self.member, self.token, self.ttl_ms])
+        if not held:
+            self.lost.set()
+            self.stop_heartbeat()
+            raise LeaseLost(f"{self.member}: the lease was taken over while this copy stalled")
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without releasing (what a worker's death looks like; tests)."""

@@ -151,6 +151,20 @@ redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
 return 1
 """)
 
+# KEYS[1..3] as LEASE_ACQUIRE's; ARGV: member, token, ttl (ms). Before an act that cannot be undone:
+# 1 while this token holds the lease (extended), or when it lapsed with nobody taking it over (taken
+# back); 0 when it was taken over -- another copy holds it, or the reaper took it and sent the
+# stage again (STAGE_FINISH fences by the same rule).
+LEASE_CONFIRM = Lua("lease_confirm", """
+local owner = redis.call('HGET', KEYS[2], ARGV[1])
+if owner ~= ARGV[2] and (owner or redis.call('ZSCORE', KEYS[3], ARGV[1])) then return 0 end
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
+""")
+
 # KEYS as above; ARGV: member, token. Drops the lease if this token holds it.
 LEASE_RELEASE = Lua("lease_release", """
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
@@ -211,12 +225,27 @@ return {1, fields}
 # asked; when refused, nothing at all is written and {0, current status} comes back), the outcome
 # recorded (the first one wins), the stage marked done (only on a session that still exists),
 # the next stage's message recorded as sent and pushed onto its queue, the lease released if this
-# token still holds it. Returns {1, previous status or ''}.
+# token still holds it. KEYS[7..]: pairs of a staged key (the stage's output, written on the same
+# MULTI just before) and its real name: renamed into place, or deleted when the end is refused.
+# Fencing: a copy whose lease was taken over -- another copy holds it, or the reaper took it and
+# sent the stage again -- writes nothing at all and gets {-1, ''} (a lease that lapsed with nobody
+# taking it is still this copy's). Returns {1, previous status or ''}.
 STAGE_FINISH = Lua("stage_finish", _TRANSITION + """
+local function drop_staged()
+  for i = 7, #KEYS, 2 do redis.call('DEL', KEYS[i]) end
+end
+local owner = redis.call('HGET', KEYS[2], ARGV[1])
+if (owner and owner ~= ARGV[2]) or (not owner and redis.call('ZSCORE', KEYS[3], ARGV[1])) then
+  drop_staged()
+  return {-1, ''}
+end
 local moved = {1, ''}
 if ARGV[8] ~= '' then
   moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 17)
-  if moved[1] == 0 then return moved end
+  if moved[1] == 0 then
+    drop_staged()
+    return moved
+  end
 elseif #ARGV > 16 and redis.call('EXISTS', KEYS[4]) == 1 then
   for i = 17, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
 end
@@ -234,7 +263,8 @@ if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
   redis.call('LPUSH', KEYS[5], ARGV[7])
 end
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+for i = 7, #KEYS, 2 do redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
+if owner == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
 end

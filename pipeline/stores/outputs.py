@@ -25,6 +25,10 @@ class OutputStore:
         (pipe if pipe is not None else self._r).set(keys.session_trajectory(session_id),
                                                      encode_trajectory(trajectory, self.layout), ex=self.ttl)
 
+    def trajectory_put(self, session_id: str, trajectory: Trajectory) -> tuple[str, bytes, int]:
+        """The trajectory as a stage's fenced output (``Handoff.puts``)."""
+        return keys.session_trajectory(session_id), encode_trajectory(trajectory, self.layout), self.ttl
+
     def trajectory(self, session_id: str) -> Trajectory | None:
         return self.parse_trajectory(self._r.get(keys.session_trajectory(session_id)))
 
@@ -36,6 +40,10 @@ class OutputStore:
         (pipe if pipe is not None else self._r).set(keys.session_result(session_id),
                                                      data if data is not None else encode_result(result, self.layout),
                                                      ex=self.ttl)
+
+    def result_put(self, session_id: str, result: SessionResult) -> tuple[str, bytes, int]:
+        """The result as a stage's fenced output (``Handoff.puts``)."""
+        return keys.session_result(session_id), encode_result(result, self.layout), self.ttl
 
     def result(self, session_id: str) -> SessionResult | None:
         return self.parse_result(self._r.get(keys.session_result(session_id)))

@@ -1,6 +1,6 @@
 """Counters of what the stages did, kept in Redis so that any API replica's ``/metrics`` reports
 the whole fleet without a worker serving HTTP: per stage, how its runs ended (``done``,
-``skipped``, ``duplicate``, ``already-done``, ``missing``, ``failed``) and how long they took (a
+``skipped``, ``duplicate``, ``already-done``, ``missing``, ``failed``, ``lease-lost``) and how long they took (a
 histogram: a count per bucket, and the sum); per terminal status, the sessions published. Two
 hashes with a fixed set of fields (stages x results x buckets): bounded, never expiring.
 
@@ -24,7 +24,7 @@ from pipeline.status import Stage
 # short session) to hours (RUN).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
            float("inf"))
-RESULTS = ("done", "skipped", "duplicate", "already-done", "missing", "failed")
+RESULTS = ("done", "skipped", "duplicate", "already-done", "missing", "failed", "lease-lost")
 
 
 def _bucket(seconds: float) -> str:

@@ -2,11 +2,13 @@
 
 * ``begin``: take the stage's lease, read the session, mark the stage started (and stamp its
   start, for stages that have a stamp) -- STAGE_BEGIN;
-* ``finish``: in one MULTI/EXEC, the stage's own last writes (``Handoff.writes``), then
-  STAGE_FINISH: the session's move to its next status with the fields that go with it, the
-  outcome (first write wins), the "done" marker, the next stage's message recorded as sent and
-  pushed onto its Celery queue, the lease released. Atomic: no crash leaves a stage done without
-  its successor sent, or a session moved without its stage marked done;
+* ``finish``: in one MULTI/EXEC, the stage's own last writes (``Handoff.writes``) and its
+  outputs under staged names (``Handoff.puts``), then STAGE_FINISH: the session's move to its
+  next status with the fields that go with it, the outcome (first write wins), the outputs renamed
+  into place, the "done" marker, the next stage's message recorded as sent and pushed onto its
+  Celery queue, the lease released. Atomic: no crash leaves a stage done without its successor
+  sent, or a session moved without its stage marked done. Fenced: a copy that stalled past its
+  lease while another took over writes none of it (``LeaseLost``);
 
 and ``send``, a stage message outside a stage's end (the API's cancel, the reaper, early stop).
 Messages are built by ``pipeline.messages`` in Celery's own format and consumed by the stage
@@ -23,6 +25,7 @@ from typing import Any, Callable
 import redis
 
 from pipeline import keys
+from pipeline.errors import LeaseLost
 from pipeline.messages import queue_key, stage_message
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores import lua, stage_metrics
@@ -47,6 +50,8 @@ class Handoff:
     outcome: Outcome | None = None
     error: str | None = None
     writes: Callable[[Any], None] | None = None
+    # (key, value, ttl seconds): the stage's outputs, written only if its end is (fenced).
+    puts: tuple[tuple[str, bytes, int], ...] = ()
 
 
 @dataclass
@@ -85,7 +90,8 @@ class StageRuns:
         (a redelivered copy repeating what a finished stage did). ``result`` and ``seconds``:
         how the run ended and how long it took, counted (``stage_metrics``). Raises ``TransitionRefused``
         when the handoff's move is refused: then nothing was written and the lease is kept (it
-        lapses; the reaper sends the stage again into its recovery path)."""
+        lapses; the reaper sends the stage again into its recovery path), and ``LeaseLost`` when
+        this copy's lease was taken over (nothing written either)."""
         lease.stop_heartbeat()
         if handoff is not None:
             send = handoff.next
@@ -104,14 +110,22 @@ class StageRuns:
         script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT,
                        keys.STAGE_METRICS]
         writes = handoff.writes if handoff is not None else None
-        if writes is None:
+        puts = handoff.puts if handoff is not None else ()
+        staged = [f"{key}:staged:{lease.token}" for key, _, _ in puts]
+        script_keys += [k for tmp, (key, _, _) in zip(staged, puts) for k in (tmp, key)]
+        if writes is None and not puts:
             ok, previous = self._finish(keys=script_keys, args=args)
         else:
             def build(pipe: Any) -> None:
-                writes(pipe)
+                if writes is not None:
+                    writes(pipe)
+                for tmp, (_, value, ttl) in zip(staged, puts):
+                    pipe.set(tmp, value, ex=ttl)
                 lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)
 
             ok, previous = lua.execute(self._r, build, transaction=True)[-1]
+        if ok == -1:
+            raise LeaseLost(f"{lease.stage.value} of {session_id}: its lease was taken over; nothing written")
         if handoff is not None and handoff.status is not None:
             SessionStore.transition_result(session_id, handoff.status, ok, previous)
 

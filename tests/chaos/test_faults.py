@@ -155,3 +155,31 @@ def test_every_session_of_a_fault_free_task_completes(chaos_stack, chaos_client)
     task_id = chaos_client.submit(task())
     row = finish_and_report(chaos_stack, chaos_client, "(no fault)", task_id, time.monotonic(), False)
     assert row["completed"] == row["submitted"], row
+
+
+def test_an_evaluate_worker_stopped_past_its_lease_grades_each_session_once(chaos_stack, chaos_client):
+    """SIGSTOP the evaluate worker mid-grading for twice its lease: the reaper sends the stage
+    again and, once the worker runs again, a second copy grades while the stalled one finishes.
+    The stalled copy must neither write its grade nor tear down the runtime the other grades in
+    (it did: the other's evaluator was killed and every session published reward 0)."""
+    import os
+    import signal
+
+    stop = 2 * chaos_stack.settings.stage_lease_seconds + 2 * chaos_stack.settings.reaper_interval_seconds
+    # The grading outlasts the stop: the stalled copy's evaluator is still running when the other starts.
+    task_id = chaos_client.submit(task(samples=3, evaluate_sleep=stop + 2))
+    busy_within(chaos_client, task_id, "EVALUATING", 90)
+    mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage.EVALUATE, 30)
+    pid = chaos_stack.pid("worker-evaluate")
+    assert pid is not None
+    faulted = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(stop)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    row = finish_and_report(chaos_stack, chaos_client, "SIGSTOP worker-evaluate past its lease", task_id, faulted, mid,
+                            time.monotonic())
+    status = chaos_client.status(task_id)
+    assert row["completed"] == row["submitted"], row
+    assert [r.reward for r in status.results] == [1.0] * row["submitted"], [(r.reward, r.error) for r in status.results]

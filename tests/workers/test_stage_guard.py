@@ -191,3 +191,82 @@ def test_leases_taken_while_a_beat_is_planned_are_renewed_in_time(d, sid):
     finally:
         for lease in (slow, same, short):
             lease.release()
+
+
+@pytest.fixture
+def quick(r, redis_url, tmp_path):
+    """Deps whose stage leases lapse in half a second."""
+    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=0.5))
+
+
+def _result_put(sid: str, value: bytes):
+    from pipeline.stores.stage_runs import Handoff
+
+    return Handoff(Stage.CALLBACK, fields={"evaluate_ended_at": time.time()}, puts=((keys.session_result(sid), value, 60),))
+
+
+def test_a_copy_that_stalled_past_its_lease_writes_nothing_once_another_took_over(quick, sid):
+    """A stopped worker (SIGSTOP, a starved VM) resumes after the reaper sent its stage again and
+    another copy took it: whichever ends first, only the copy holding the lease writes its output,
+    its done marker and the next stage's message; the stale one steps aside ("lease-lost")."""
+    import threading
+
+    from pipeline.stores import stage_metrics
+    from workers.stages import reaper
+
+    d = quick
+    walk_to(d, sid, S.EVALUATING)
+    stalled, resume, in_b, finish_b = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    outcome: dict[str, str] = {}
+
+    def stale_body(dd, state, lease):
+        lease.stop_heartbeat()  # what a stopped process looks like from Redis
+        stalled.set()
+        assert resume.wait(10)
+        return _result_put(sid, b"stale")
+
+    def fresh_body(dd, state, lease):
+        in_b.set()
+        assert finish_b.wait(10)
+        return _result_put(sid, b"fresh")
+
+    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
+    a.start()
+    assert stalled.wait(5)
+    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]  # sent again ...
+    b = threading.Thread(target=lambda: outcome.update(b=run_stage(Stage.EVALUATE, sid, fresh_body, d=d)))
+    b.start()
+    assert in_b.wait(5)  # ... and taken by another copy, which is still grading
+    resume.set()
+    a.join(10)
+    assert outcome["a"] == "lease-lost"
+    assert d.stores.r.get(keys.session_result(sid)) is None and queued(d, Stage.CALLBACK) == 0  # nothing of A's
+    assert not [k for k in d.stores.r.scan_iter(f"{keys.session_result(sid)}:staged:*")]
+    finish_b.set()
+    b.join(10)
+    assert outcome["b"] == "done" and d.stores.r.get(keys.session_result(sid)) == b"fresh"
+    assert queued(d, Stage.CALLBACK) == 1 and Stage.EVALUATE in d.stores.sessions.get(sid).done
+    assert stage_metrics.snapshot(d.stores.r)["runs"]["evaluate"]["lease-lost"] == 1
+
+
+def test_confirm_raises_only_when_the_lease_was_taken_over(quick, sid):
+    from pipeline.errors import LeaseLost
+    from pipeline.stores.leases import take_expired
+
+    d = quick
+    lease = StageLease(d.stores.r, sid, Stage.EVALUATE, 0.3)
+    assert lease.acquire()
+    lease.confirm()  # held: fine
+    lease.stop_heartbeat()
+    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    lease.confirm()  # lapsed, nobody took it: taken back
+    assert held(d.stores.r, sid, Stage.EVALUATE)
+    lease.stop_heartbeat()
+    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    assert take_expired(d.stores.r) == [(sid, Stage.EVALUATE)]
+    d.stores.stage_runs.send(Stage.EVALUATE, sid)  # the reaper's resend
+    with pytest.raises(LeaseLost):
+        lease.confirm()
+    assert lease.lost.is_set()

@@ -22,6 +22,7 @@ from celery import Celery
 
 from pipeline.celery_app import make_app
 from pipeline.dispatch import Dispatcher
+from pipeline.errors import LeaseLost
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
@@ -122,6 +123,12 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         runs.finish(lease, session_id, done=stage, handoff=end if isinstance(end, Handoff) else Handoff(end),
                     seconds=time.monotonic() - started)
         return "done"
+    except LeaseLost as lost:
+        # Stalled past the lease (a stopped or starved worker) while another copy took over: that
+        # copy does the stage; this one wrote nothing and steps aside.
+        log.warning("%s %s: %s", stage.value, session_id, lost)
+        stage_metrics.count_stage_run(d.stores.r, stage, "lease-lost", time.monotonic() - started)
+        return "lease-lost"
     except BaseException:
         # Crashed (Redis gone for longer than the client retries, a bug, a refused move): keep
         # the lease unreleased so it lapses and the reaper sends the stage again, into its

@@ -75,6 +75,9 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
         eval_error = f"evaluation failed: {exc}"
         log.warning("evaluate %s: %s", sid, eval_error)
     finally:
+        # A copy that stalled past its lease while another took over must not tear down the
+        # runtimes the other is grading in (its own grade is void: its end would be refused too).
+        lease.confirm()
         kept = keep_artifacts(d, state, state.eval_runtime)
         teardown(sid, state.runtime, state.eval_runtime)
     status = outcome.terminal_status()
@@ -96,4 +99,4 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     result.timing = state.timing.model_copy(update={"evaluate_started_at": started, "evaluate_ended_at": ended})
     # The result, the end stamp, a new outcome and CALLBACK's message: one step.
     return Handoff(Stage.CALLBACK, fields={"evaluate_ended_at": ended}, outcome=outcome if new_error else None,
-                   error=new_error, writes=lambda pipe: d.stores.outputs.save_result(sid, result, pipe))
+                   error=new_error, puts=(d.stores.outputs.result_put(sid, result),))

@@ -45,7 +45,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
         trajectory.error = "no completions captured: the agent made no model call through the proxy"
     return Handoff(Stage.EVALUATE, SessionStatus.EVALUATING, (SessionStatus.POSTRUN,), {"postrun_ended_at": time.time()},
                    outcome=None if state.outcome else Outcome.ERROR, error="no outcome recorded",
-                   writes=lambda pipe: d.stores.outputs.save_trajectory(sid, trajectory, pipe))
+                   puts=(d.stores.outputs.trajectory_put(sid, trajectory),))
 
 
 def call_errors(errors: list) -> dict:
