@@ -110,6 +110,57 @@ def test_an_agent_that_fails_ends_error_with_its_partial_trajectory(deps):
     assert len(result.trajectory.traces) == 2  # what the model sampled is kept
 
 
+def test_an_agent_that_exits_on_the_refusal_a_cancel_brings_is_cancelled(deps):
+    """Cancelled mid-run, the agent's next model call is refused (403) and it exits 1 before the
+    runtime notices the cancel: the session ended because of the cancel, not by an agent error."""
+    def cancelled_agent(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+        sdk = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0,
+                            http_client=httpx2.Client(transport=httpx2.WSGITransport(app=deps_proxy[0])))
+        sdk.chat.completions.create(model="fake", messages=MSG)
+        assert deps.stores.sessions.request_cancel(env["POLAR_SESSION_ID"])
+        try:
+            sdk.chat.completions.create(model="fake", messages=MSG)
+        except openai.PermissionDeniedError as exc:
+            return ExecResult(1, stderr=f"Error: {exc}")
+        return ExecResult(0)
+
+    deps_proxy = [create_proxy(deps.settings, transport=WSGITransport(fake_upstream.app))]
+    MemoryRuntime.commands["cancelled-agent"] = cancelled_agent
+    [sid] = submit(deps, num_samples=1, agent={"custom_shell": "cancelled-agent"})
+    run_all(deps, sid)
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.CANCELLED, (result.status, result.error)
+    assert len(result.trajectory.traces) == 1  # the call before the cancel is kept
+
+
+def test_an_agent_that_fails_once_its_budget_is_over_timed_out(deps):
+    """Past its agent_timeout the proxy refuses the agent's calls; one that exits on that error
+    before the runtime kills it ran out of time, it did not fail on its own."""
+    import time
+
+    def late_agent(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+        time.sleep(0.4)
+        return ExecResult(1, stderr="Error: 403 session is past its time budget")
+
+    MemoryRuntime.commands["late-agent"] = late_agent
+    [sid] = submit(deps, num_samples=1, agent={"custom_shell": "late-agent"}, metadata={"agent_timeout": 0.3})
+    run_all(deps, sid)
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.TIMEOUT and "agent_timeout" in result.error, (result.status, result.error)
+
+
+def test_a_run_worker_lost_after_a_cancel_ends_cancelled(deps):
+    from workers.stages import run
+
+    [sid] = submit(deps, num_samples=1)
+    for status in (SessionStatus.INITIALIZING, SessionStatus.READY, SessionStatus.RUNNING):
+        deps.stores.sessions.transition(sid, status)
+    deps.stores.sessions.request_cancel(sid)
+    assert run.recover(deps, deps.stores.sessions.get(sid)) == Stage.POSTRUN
+    state = deps.stores.sessions.get(sid)
+    assert state.outcome.value == "cancelled" and state.status == SessionStatus.POSTRUN
+
+
 def test_a_missing_command_is_an_error_not_a_crash(deps):
     [sid] = submit(deps, num_samples=1, agent={"custom_shell": "no-such-agent"})
     assert run_all(deps, sid) == ["done"] * 5

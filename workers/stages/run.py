@@ -51,6 +51,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     own = agent_timeout(state)
     limit = min(remaining, own) if own is not None else remaining
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
+    started = time.monotonic()
     try:
         res = runtime.exec(
             cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=limit, log_name="agent",
@@ -59,11 +60,16 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     finally:
         if warmup is not None:
             warmup.wait()
-    if res.timed_out:
+    # An agent that failed once its budget was over, or once a cancel came, failed because of it
+    # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
+    failed = not res.timed_out and not res.cancelled and res.exit_code != 0
+    if res.timed_out or (failed and time.monotonic() - started >= limit):
         if limit < remaining:
             return Outcome.TIMEOUT, f"agent exceeded its {own:g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
-    if res.cancelled:
+    if lease.lost.is_set():  # (this copy's end is refused: the copy that took over says what happened)
+        return Outcome.ERROR, "run worker lost its lease", None
+    if res.cancelled or (failed and d.stores.sessions.cancel_requested(sid)):
         return Outcome.CANCELLED, "cancelled while the agent ran", None
     if res.exit_code != 0:
         return Outcome.ERROR, f"agent exited {res.exit_code}: {output_tail(res)}", res.exit_code
@@ -113,7 +119,10 @@ def recover(d: Deps, state: SessionState) -> Stage | None:
         return None
     if state.runtime:
         runtimes.attach(state.runtime).cancel()
-    d.stores.sessions.set_outcome(state.session_id, Outcome.ERROR, "run worker lost")
+    if state.cancel_requested:  # the cancel came first: that is how the session ended
+        d.stores.sessions.set_outcome(state.session_id, Outcome.CANCELLED, "cancelled while the agent ran")
+    else:
+        d.stores.sessions.set_outcome(state.session_id, Outcome.ERROR, "run worker lost")
     d.stores.ready.release(state.session_id)
     d.stores.sessions.transition(state.session_id, SessionStatus.POSTRUN,
                           expected=[SessionStatus.READY, SessionStatus.RUNNING], run_ended_at=time.time())
