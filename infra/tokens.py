@@ -79,10 +79,12 @@ def redis_password(settings: Settings, url: str | None = None) -> str | None:
     has one (a configured server), None for a configured one without; with no ``url`` (the
     embedded server) the stored one, else a new one."""
     given = urlsplit(url).password if url else None
-    if url and given is None:
-        return None
     path = tokens_file(settings)
     stored = _load(path)
+    if url and given is None:  # a configured Redis without one: the client commands must not send one
+        if REDIS_PASSWORD in stored:
+            _store(path, {k: v for k, v in stored.items() if k != REDIS_PASSWORD})
+        return None
     password = unquote(given) if given is not None else stored.get(REDIS_PASSWORD) or new_token()
     if stored.get(REDIS_PASSWORD) != password:
         _store(path, {**stored, REDIS_PASSWORD: password})

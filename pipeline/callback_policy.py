@@ -52,13 +52,17 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return None
 
 
-def _host_port(url: str) -> tuple[str, int | None]:
+def port_of(url: str) -> int | None:
+    """The port ``url`` reaches (its scheme's default when it names none); None when invalid."""
     parts = urlsplit(url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        port = None
-    return canonical_host(parts.hostname or ""), port
+        return None
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    return canonical_host(urlsplit(url).hostname or ""), port_of(url)
 
 
 def own_urls(settings: Settings) -> tuple[str, ...]:
@@ -67,12 +71,15 @@ def own_urls(settings: Settings) -> tuple[str, ...]:
     return (settings.api_url, settings.proxy_url, *engines, *([settings.flower_url] if settings.flower_url else []))
 
 
-def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = ()) -> str | None:
-    """Why ``url`` may not receive callbacks, or None when it may. A templated URL (``{...}``)
-    cannot be judged yet: it is judged again when the callback is delivered. ``resolved``: the
-    addresses the URL's host name resolves to (at delivery)."""
+def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = (),
+            own_resolved: Iterable[tuple[str, int | None]] = (), delivering: bool = False) -> str | None:
+    """Why ``url`` may not receive callbacks, or None when it may. At submission a templated URL
+    (``{...}``, as in Polar's examples) is accepted unjudged; at delivery (``delivering``) nothing
+    fills it in, so it is refused. ``resolved``: the addresses the URL's host resolves to, and
+    ``own_resolved``: (address, port) of this service's own endpoints as resolved (at delivery:
+    in compose or Kubernetes an own endpoint has a name, a service IP and a pod IP)."""
     if "{" in url:
-        return None
+        return "callback_url is a template nothing filled in" if delivering else None
     host, port = _host_port(url)
     if port is None:
         return "callback_url has an invalid port"
@@ -80,7 +87,7 @@ def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = ()) -> st
     if allowed and (urlsplit(url).hostname or "") not in allowed and host not in allowed:
         return f"callback_url host is not in POLAR_CALLBACK_ALLOWED_HOSTS ({', '.join(allowed)})"
     targets = {(host, port)} | {(canonical_host(a), port) for a in resolved}
-    own = {_host_port(u) for u in own_urls(settings)}
+    own = {_host_port(u) for u in own_urls(settings)} | {(canonical_host(a), p) for a, p in own_resolved}
     if targets & own:
         return "callback_url points at this service's own endpoints"
     return None

@@ -35,13 +35,19 @@ def decoded(raw: bytes, content_encoding: str | None, limit: int) -> bytes:
 
 
 def _zlib(raw: bytes, limit: int, wbits: int) -> bytes:
-    inflater = zlib.decompressobj(wbits)
-    out = inflater.decompress(raw, limit + 1)
-    if len(out) > limit:
-        raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
-    if not inflater.eof:
-        raise ValueError("the compressed data ends early")
-    return out
+    out = b""
+    while True:  # gzip may hold several members, one after another: all of them
+        inflater = zlib.decompressobj(wbits)
+        out += inflater.decompress(raw, limit + 1 - len(out))
+        if len(out) > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
+        if not inflater.eof:
+            raise ValueError("the compressed data ends early")
+        raw = inflater.unused_data
+        if not raw or wbits != 16 + zlib.MAX_WBITS:
+            if raw:
+                raise ValueError("data after the end of the compressed stream")
+            return out
 
 
 def _gzip(raw: bytes, limit: int) -> bytes:

@@ -24,6 +24,7 @@ from pipeline.codec import text
 from pipeline.errors import LeaseLost
 from pipeline.status import Stage
 from pipeline.stores import lua
+from pipeline.stores.sessions import done_field
 
 _KEYS = [keys.LEASE_EXPIRY, keys.LEASE_OWNER]
 IDLE_EXIT_SECONDS = 60.0  # a lease keeper thread with nothing to renew ends after this
@@ -36,6 +37,7 @@ class StageLease:
 
     def __init__(self, r: redis.Redis, session_id: str, stage: Stage, ttl_seconds: float) -> None:
         self.stage = stage
+        self.session_id = session_id
         self.member = keys.lease_member(stage.value, session_id)
         self.token = uuid.uuid4().hex
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
@@ -56,12 +58,14 @@ class StageLease:
     def confirm(self) -> None:
         """Before an act that cannot be undone (tearing a runtime down): raise ``LeaseLost`` if
         another copy took this stage over while this one stalled (one round trip)."""
-        held = lua.bind(self._r, lua.LEASE_CONFIRM)(keys=[*_KEYS, keys.LEASE_SENT],
-                                                    args=[self.member, self.token, self.ttl_ms])
+        held = lua.bind(self._r, lua.LEASE_CONFIRM)(keys=[*_KEYS, keys.LEASE_SENT, keys.session(self.session_id)],
+                                                    args=[self.member, self.token, self.ttl_ms,
+                                                          done_field(self.stage)])
         if not held:
             self.lost.set()
             self.stop_heartbeat()
             raise LeaseLost(f"{self.member}: the lease was taken over while this copy stalled")
+        self.adopt()  # (taken back after a lapse: renewed again from now on)
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without releasing (what a worker's death looks like; tests)."""

@@ -151,11 +151,13 @@ redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
 return 1
 """)
 
-# KEYS[1..3] as LEASE_ACQUIRE's; ARGV: member, token, ttl (ms). Before an act that cannot be undone:
-# 1 while this token holds the lease (extended), or when it lapsed with nobody taking it over (taken
-# back); 0 when it was taken over -- another copy holds it, or the reaper took it and sent the
-# stage again (STAGE_FINISH fences by the same rule).
+# KEYS[1..3] as LEASE_ACQUIRE's, KEYS[4] the session hash; ARGV: member, token, ttl (ms), the
+# stage's done field. Before an act that cannot be undone: 1 while this token holds the lease
+# (extended), or when it lapsed with nobody taking it over (taken back); 0 when it was taken over
+# -- another copy holds it, the reaper took it and sent the stage again, or another copy finished
+# the stage (STAGE_FINISH fences by the same rule).
 LEASE_CONFIRM = Lua("lease_confirm", """
+if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 1 then return 0 end
 local owner = redis.call('HGET', KEYS[2], ARGV[1])
 if owner ~= ARGV[2] and (owner or redis.call('ZSCORE', KEYS[3], ARGV[1])) then return 0 end
 local now = redis.call('TIME')
@@ -227,15 +229,17 @@ return {1, fields}
 # the next stage's message recorded as sent and pushed onto its queue, the lease released if this
 # token still holds it. KEYS[7..]: pairs of a staged key (the stage's output, written on the same
 # MULTI just before) and its real name: renamed into place, or deleted when the end is refused.
-# Fencing: a copy whose lease was taken over -- another copy holds it, or the reaper took it and
-# sent the stage again -- writes nothing at all and gets {-1, ''} (a lease that lapsed with nobody
-# taking it is still this copy's). Returns {1, previous status or ''}.
+# Fencing: a copy whose lease was taken over -- another copy holds it, the reaper took it and sent
+# the stage again, or another copy already finished the stage (its done marker is set) -- writes
+# nothing at all and gets {-1, ''} (a lease that lapsed with nobody taking it is still this
+# copy's). Returns {1, previous status or ''}.
 STAGE_FINISH = Lua("stage_finish", _TRANSITION + """
 local function drop_staged()
   for i = 7, #KEYS, 2 do redis.call('DEL', KEYS[i]) end
 end
 local owner = redis.call('HGET', KEYS[2], ARGV[1])
-if (owner and owner ~= ARGV[2]) or (not owner and redis.call('ZSCORE', KEYS[3], ARGV[1])) then
+if (owner and owner ~= ARGV[2]) or (not owner and redis.call('ZSCORE', KEYS[3], ARGV[1]))
+   or (ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1) then
   drop_staged()
   return {-1, ''}
 end

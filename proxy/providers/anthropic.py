@@ -81,7 +81,7 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     if tools:
         chat["tools"] = tools
         chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
-    elif body.get("tool_choice") is not None:
+    elif body.get("tool_choice") is not None and not body.get("tools"):  # (server tools only: theirs to choose)
         tool_choice(body["tool_choice"], set())  # a named tool among none: the client's 400
     chat.update(_output_format(body))
     thinking = body.get("thinking")

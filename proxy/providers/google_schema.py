@@ -14,7 +14,8 @@ from typing import Any
 
 _SCHEMA_VALUED = {"items", "not", "additionalProperties"}  # one schema
 _SCHEMA_LISTS = {"anyOf", "oneOf", "allOf", "prefixItems"}  # a list of schemas
-_SCHEMA_MAPS = {"properties", "$defs", "defs", "patternProperties"}  # name -> schema
+_SCHEMA_MAPS = {"properties", "$defs", "defs", "definitions", "patternProperties"}  # name -> schema
+_RENAMED = {"defs": "$defs", "ref": "$ref"}  # Gemini's Schema names them without JSON Schema's "$"
 _DROPPED = {"propertyOrdering"}
 
 
@@ -34,6 +35,7 @@ def json_schema(schema: Any) -> Any:
     nullable = False
     for raw_key, value in schema.items():
         key = camel(raw_key) if not raw_key.startswith("$") else raw_key
+        key = _RENAMED.get(key, key)
         if key in _DROPPED:
             continue
         if key == "nullable":
@@ -44,12 +46,13 @@ def json_schema(schema: Any) -> Any:
             if value == "type_unspecified":
                 continue
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            key = "$defs" if key == "defs" else key
             value = {name: json_schema(s) for name, s in value.items()}
         elif key in _SCHEMA_VALUED or key in _SCHEMA_LISTS:
             value = json_schema(value)
         out[key] = value  # enum, default, example, format, ...: values as given
     if nullable:
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
         kind = out.get("type")
         if isinstance(kind, str):
             out["type"] = [kind, "null"]

@@ -97,7 +97,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
             raise BadRequest("tool_choice.tools names none of the request's tools", param="tool_choice.tools")
         if body.get("parallel_tool_calls") is False:
             chat["parallel_tool_calls"] = False
-    elif body.get("tool_choice") is not None:
+    elif body.get("tool_choice") is not None and not body.get("tools"):  # (hosted tools only: theirs to choose)
         _tool_choice(body["tool_choice"], set())  # a named tool among none is the client's 400, as OpenAI answers it
     reasoning = body.get("reasoning") or {}
     if reasoning.get("effort"):

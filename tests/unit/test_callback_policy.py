@@ -51,3 +51,19 @@ def test_the_allowed_hosts_setting_admits_only_those():
     strict = SETTINGS.replace(callback_allowed_hosts="hooks.example")
     assert refusal("https://hooks.example/done", strict) is None
     assert "POLAR_CALLBACK_ALLOWED_HOSTS" in refusal("https://elsewhere.example/", strict)
+
+
+def test_a_template_is_accepted_at_submission_and_refused_at_delivery():
+    url = "http://{trainer_host}:{callback_port}/callback/task_result"  # Polar's example (nothing renders it)
+    assert refusal(url, SETTINGS) is None
+    assert refusal(url, SETTINGS, delivering=True) == "callback_url is a template nothing filled in"
+    assert refusal("http://127.0.0.1:8091/admin/pause?x={}", SETTINGS, delivering=True) is not None
+
+
+def test_an_own_endpoint_by_its_service_address_is_refused_at_delivery():
+    """compose/Kubernetes: the API is http://api:8090; a callback to its IP is the API too."""
+    settings = SETTINGS.replace(api_url="http://api:8090")
+    url = "http://10.89.0.5:8090/rollout/task/submit"
+    assert refusal(url, settings) is None  # nothing resolved at submission
+    assert refusal(url, settings, own_resolved=[("10.89.0.5", 8090)]) is not None
+    assert refusal(url, settings, own_resolved=[("10.89.0.5", 9000)]) is None  # another port: another service

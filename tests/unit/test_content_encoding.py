@@ -26,6 +26,13 @@ def test_each_coding_is_undone(coding, pack):
     assert decoded(pack(BODY), coding, 1 << 20) == BODY
 
 
+def test_every_member_of_a_gzip_stream_is_read():
+    half = len(BODY) // 2
+    assert decoded(gzip.compress(BODY[:half]) + gzip.compress(BODY[half:]), "gzip", 1 << 20) == BODY
+    with pytest.raises(BadRequest, match="after the end"):
+        decoded(zlib.compress(BODY) + b"junk", "deflate", 1 << 20)
+
+
 def test_a_list_of_codings_is_undone_in_reverse():
     packed = zstandard.ZstdCompressor().compress(gzip.compress(BODY))  # gzip first, then zstd
     assert decoded(packed, "gzip, zstd", 1 << 20) == BODY

@@ -12,6 +12,7 @@ from openai.types.responses import Response
 
 from proxy.errors import BadRequest, UnsupportedFeature
 from proxy.providers import PROVIDERS, ToolCall, Turn
+from proxy.providers.google_schema import json_schema
 from proxy.providers.openai_responses import encrypt_reasoning
 
 A, R, G = PROVIDERS["anthropic"], PROVIDERS["openai_responses"], PROVIDERS["google"]
@@ -311,6 +312,10 @@ def test_gemini_schemas_become_json_schema_whatever_their_spelling():
     chat = G.parse(body, path_model="m").chat
     assert chat["tools"][0]["function"]["parameters"] == want
     assert chat["response_format"]["json_schema"]["schema"] == want
+    referenced = {"type": "OBJECT", "defs": {"Mode": {"type": "STRING", "enum": ["a", "b"], "nullable": True}},
+                  "properties": {"mode": {"ref": "#/$defs/Mode"}, "nullable": {"type": "BOOLEAN"}}}
+    assert json_schema(referenced) == {"type": "object", "$defs": {"Mode": {"type": ["string", "null"], "enum": ["a", "b", None]}},
+                                       "properties": {"mode": {"$ref": "#/$defs/Mode"}, "nullable": {"type": "boolean"}}}
     given = {"type": "object", "properties": {"NULLABLE": {"type": "string"}}, "additionalProperties": False}
     as_json = G.parse({**body, "generation_config": {"response_mime_type": "application/json",
                                                      "response_json_schema": given}}, path_model="m").chat
@@ -330,6 +335,15 @@ def test_gemini_non_ascii_tool_calls_and_results_reach_the_engine_as_written():
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Zürich"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}])).chat
     assert a["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Zürich"}'
+
+
+def test_a_choice_among_hosted_or_server_tools_only_is_theirs_to_make():
+    """Only a request with no tools at all has a named tool_choice refused (the vendors run their own tools)."""
+    a = A.parse(anthropic_body(tools=[{"type": "web_search_20250305", "name": "web_search"}],
+                               tool_choice={"type": "tool", "name": "web_search"})).chat
+    assert "tools" not in a and "tool_choice" not in a
+    r = R.parse({"model": "m", "input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}).chat
+    assert "tools" not in r
 
 
 def test_gemini_cached_content_is_refused_not_ignored():

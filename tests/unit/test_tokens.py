@@ -32,9 +32,10 @@ def test_the_embedded_password_is_generated_once_and_kept_private(tmp_path):
     first = redis_password(settings)
     assert first and redis_password(settings) == first == stored_redis_password(settings)
     assert tokens_file(settings).stat().st_mode & 0o077 == 0
-    assert redis_password(settings, "redis://10.0.0.5:6379/0") is None  # a configured server without one
     assert redis_password(settings, "redis://:given%21@10.0.0.5:6379/0") == "given!"  # remembered
     assert stored_redis_password(settings) == "given!"
+    assert redis_password(settings, "redis://10.0.0.6:6379/0") is None  # moved to one without a password:
+    assert stored_redis_password(settings) is None  # the client commands stop sending the old one
     assert "api_token" not in json.loads(tokens_file(settings).read_text())  # only what was asked for
 
 

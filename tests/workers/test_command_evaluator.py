@@ -30,13 +30,17 @@ def grade(rt, command: str, **config) -> float:
 
 @pytest.mark.parametrize("command, reward", [
     ("true", 1.0), ("exit 3", 0.0),
-    ("python3 -c 'import os; os.abort()'", 0.0),  # what the command runs crashing: a failed grade (134)
+    ("python3 -c 'import os; os.abort()'", 0.0),  # what the command runs crashing: a failed grade
+    ("kill -9 $$", 0.0),  # killed (by the code under test, say): still a grade, never a skipped ERROR
     ("sleep 5", 0.0),  # out of time (timeout_seconds 0.5 below): failed
 ])
 def test_the_exit_status_is_the_grade(rt, command, reward):
     assert grade(rt, command, timeout_seconds=0.5) == reward
 
 
-def test_a_shell_killed_from_outside_is_no_grade(rt):
-    with pytest.raises(EvaluationError, match="killed by signal 9"):
-        grade(rt, "kill -9 $$")
+def test_a_runtime_torn_down_under_the_grading_is_no_grade(rt):
+    import threading
+
+    threading.Timer(0.3, rt.cancel).start()  # what a teardown does to a running command
+    with pytest.raises(EvaluationError, match="torn down"):
+        grade(rt, "sleep 5")

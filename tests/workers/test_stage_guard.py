@@ -270,3 +270,42 @@ def test_confirm_raises_only_when_the_lease_was_taken_over(quick, sid):
     with pytest.raises(LeaseLost):
         lease.confirm()
     assert lease.lost.is_set()
+
+
+@pytest.mark.parametrize("confirms", [True, False], ids=["confirms", "ends-at-once"])
+def test_a_stalled_copy_resuming_after_the_other_finished_writes_nothing_either(quick, sid, confirms):
+    """The other order: the copy that took over has finished (its lease released, the sent record
+    gone) when the stalled one resumes -- its confirm and its end are refused all the same."""
+    import threading
+
+    from pipeline.errors import LeaseLost
+    from workers.stages import reaper
+
+    d = quick
+    walk_to(d, sid, S.EVALUATING)
+    stalled, resume = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def stale_body(dd, state, lease):
+        lease.stop_heartbeat()
+        stalled.set()
+        assert resume.wait(10)
+        if confirms:
+            try:
+                lease.confirm()  # what EVALUATE does before tearing runtimes down
+            except LeaseLost:
+                outcome["confirm"] = "refused"
+                raise
+        return _result_put(sid, b"stale")
+
+    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
+    a.start()
+    assert stalled.wait(5)
+    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]
+    assert run_stage(Stage.EVALUATE, sid, lambda *args: _result_put(sid, b"fresh"), d=d) == "done"
+    resume.set()
+    a.join(10)
+    assert outcome == ({"confirm": "refused", "a": "lease-lost"} if confirms else {"a": "lease-lost"})
+    assert d.stores.r.get(keys.session_result(sid)) == b"fresh" and queued(d, Stage.CALLBACK) == 1

@@ -2,20 +2,16 @@
 
 Config: ``command`` (required), ``timeout_seconds`` (default 600), ``cwd``, ``env``,
 ``pass_reward`` / ``fail_reward`` (default 1.0 / 0.0), ``success_exit_codes`` (default [0]).
-A command that runs out of time or crashes earns ``fail_reward``; one killed from outside (SIGKILL,
-SIGTERM, SIGHUP, SIGINT) earns nothing (an evaluation error: the session is an ERROR, not a failed
-sample).
+A command that runs out of time, crashes or is killed earns ``fail_reward``; one whose runtime is
+torn down under it earns nothing (an evaluation error: the session is an ERROR, not a failed sample).
 """
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 from pipeline.errors import EvaluationError
 from workers.evaluators.base import EvalContext, EvalResult
-
-STOPPED_FROM_OUTSIDE = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 
 
 class CommandEvaluator:
@@ -36,10 +32,11 @@ class CommandEvaluator:
             raise EvaluationError("the command evaluator needs the session's runtime")
         res = ctx.runtime.exec(self.command, cwd=self.cwd, env={**ctx.env, **self.env},
                                timeout=ctx.budget(self.timeout), log_name="evaluate")
-        if res.exit_code is not None and -res.exit_code in STOPPED_FROM_OUTSIDE and not res.timed_out:
-            # Stopped by someone else (a teardown, an operator, the OOM killer): no grade at all,
-            # not a failed one. (A crash of its own -- SIGSEGV, SIGABRT -- is a failed grade.)
-            raise EvaluationError(f"the evaluation command was killed by signal {-res.exit_code}")
+        if res.cancelled:
+            # The runtime was torn down under it: no grade at all, not a failed one. (Any signal
+            # or exit status is a grade: code under test that kills its grader earns fail_reward,
+            # never an ERROR a trainer would skip.)
+            raise EvaluationError("the evaluation command was stopped: its runtime was torn down")
         passed = res.exit_code in self.success
         meta: dict[str, Any] = {"exit_code": res.exit_code, "timed_out": res.timed_out,
                                 "stdout_tail": res.stdout[-2000:], "stderr_tail": res.stderr[-2000:]}

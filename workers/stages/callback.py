@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from pipeline import keys, results_dir
-from pipeline.callback_policy import refusal
+from pipeline.callback_policy import own_urls, port_of, refusal
 from pipeline.credentials import signature
 from pipeline.errors import TransitionRefused
 from pipeline.schemas import SessionResult
@@ -157,7 +157,8 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     request = d.stores.tasks.request(task_id)
     url = str(request.callback_url)
     info: dict[str, Any] = {"last_attempt_at": time.time()}
-    why = refusal(url, d.settings, resolved=_resolve(url))
+    why = refusal(url, d.settings, resolved=_resolve(url), delivering=True,
+                  own_resolved=[(a, port) for own in own_urls(d.settings) for port in [port_of(own)] for a in _resolve(own)])
     if why:
         outbox.finish(task_id, "refused", {**info, "last_error": why})
         log.warning("task %s callback refused: %s", task_id, why)

@@ -28,7 +28,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     if not d.stores.ready.claim_to_run(sid, **start):
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
     try:
-        outcome, error, exit_code = _run_agent(d, state, lease)
+        outcome, error, exit_code = _run_agent(d, state, lease, now)
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
     log.info("run %s: %s", sid, outcome.value)
@@ -38,7 +38,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
                    outcome=outcome, error=error)
 
 
-def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome, str | None, int | None]:
+def _run_agent(d: Deps, state: SessionState, lease: StageLease,
+               run_started: float) -> tuple[Outcome, str | None, int | None]:
     sid, spec = state.session_id, state.spec
     if state.cancel_requested:  # as read when this stage began, a moment ago
         return Outcome.CANCELLED, "cancelled before the agent ran", None
@@ -51,7 +52,8 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     own = agent_timeout(state)
     limit = min(remaining, own) if own is not None else remaining
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
-    started = time.monotonic()
+    # When the proxy stops admitting the agent's calls (wall clock, as the deadline fields it reads).
+    calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
     try:
         res = runtime.exec(
             cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=limit, log_name="agent",
@@ -63,7 +65,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease) -> tuple[Outcome
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
     # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
     failed = not res.timed_out and not res.cancelled and res.exit_code != 0
-    if res.timed_out or (failed and time.monotonic() - started >= limit):
+    if res.timed_out or (failed and time.time() >= calls_end):
         if limit < remaining:
             return Outcome.TIMEOUT, f"agent exceeded its {own:g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
