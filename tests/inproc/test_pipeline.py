@@ -161,6 +161,21 @@ def test_a_run_worker_lost_after_a_cancel_ends_cancelled(deps):
     assert state.outcome.value == "cancelled" and state.status == SessionStatus.POSTRUN
 
 
+def test_a_call_still_in_flight_when_postrun_builds_is_named_not_silently_missing(deps, r):
+    """The agent was stopped with a call inside the proxy and the engine outlasts the drain: the
+    trajectory is built without it and says so."""
+    import time
+
+    [sid] = submit(deps, num_samples=1)
+    assert [run_stage(stage, sid, *BODIES[stage], d=deps) for stage in (Stage.INIT, Stage.RUN)] == ["done"] * 2
+    # A call the proxy admitted before the agent was stopped: its in-flight lease, no record yet.
+    r.zadd(keys.session_calls(sid), {"call-late": time.time() + 60})
+    assert deps.stores.sessions.inflight_calls(sid) == 1
+    assert run_stage(Stage.POSTRUN, sid, *BODIES[Stage.POSTRUN], d=deps) == "done"
+    trajectory = deps.stores.outputs.trajectory(sid)
+    assert trajectory.metadata["calls_in_flight_left_out"] == 1 and trajectory.metadata["completions"] == 2
+
+
 def test_a_missing_command_is_an_error_not_a_crash(deps):
     [sid] = submit(deps, num_samples=1, agent={"custom_shell": "no-such-agent"})
     assert run_all(deps, sid) == ["done"] * 5

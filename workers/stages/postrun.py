@@ -25,7 +25,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.POSTRUN:
         raise Skip(f"status is {state.status.value}")
-    found = _records(d, sid)
+    found, still_in_flight = _records(d, sid)
     # The outcome RUN (or a canceller) recorded; "no outcome" becomes an error, written with the end.
     outcome = state.outcome or Outcome.ERROR
     records, bad, errors = found.completions, found.unreadable, found.errors
@@ -39,6 +39,13 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     trajectory.status = outcome.terminal_status()
     trajectory.metadata.update({"completions": len(records), "unreadable_records": bad,
                                 "builder": spec.builder.strategy, **call_errors(errors)})
+    if still_in_flight:
+        # Calls the proxy still held when the drain gave up (an engine slower than the drain on a
+        # call the agent made before it was stopped): their records land later and are not in
+        # this trajectory. Said, so it is not a silent gap.
+        trajectory.metadata["calls_in_flight_left_out"] = still_in_flight
+        log.warning("postrun %s: %d model call(s) still in flight after %.0fs; built without them", sid,
+                    still_in_flight, d.settings.inflight_drain_seconds)
     if not records and outcome == Outcome.COMPLETED and not trajectory.error:
         # An agent that exits 0 without one model call did not do the task (misconfigured CLI,
         # wrong base URL): never a COMPLETED session with nothing to train on.
@@ -57,9 +64,10 @@ def call_errors(errors: list) -> dict:
             "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
 
 
-def _records(d: Deps, sid: str) -> SessionRecords:
+def _records(d: Deps, sid: str) -> tuple[SessionRecords, int]:
     """The session's records, once the model calls still inside the proxy have landed theirs
-    (or ``inflight_drain_seconds`` passed): one round trip when none is in flight."""
+    (or ``inflight_drain_seconds`` passed: then also how many were still in flight); one round
+    trip when none is in flight."""
     deadline = time.monotonic() + d.settings.inflight_drain_seconds
     while True:
         pipe = d.stores.r.pipeline(transaction=False)
@@ -67,5 +75,5 @@ def _records(d: Deps, sid: str) -> SessionRecords:
         d.stores.records.queue_all(pipe, sid)
         inflight, completions, errors = pipe.execute()
         if inflight <= 0 or time.monotonic() >= deadline:
-            return d.stores.records.parse_all(completions, errors)
+            return d.stores.records.parse_all(completions, errors), max(0, int(inflight))
         time.sleep(INFLIGHT_POLL_SECONDS)
