@@ -6,8 +6,9 @@ remembers its port there: a restart on the folder comes back on that port (while
 everything accepted up to the last second;
 without one it keeps nothing (tests). It refuses to evict keys (kombu's bindings and our records
 must never be evicted), asks for a password when given one (handed over on its stdin, never on a
-command line ``ps`` shows), keeps its files private to the user (umask 077), and dies with the thread that started it (``PR_SET_PDEATHSIG`` fires when
-the *thread* that forked it ends), so a crashed launcher cannot leave it running.
+command line ``ps`` shows), keeps its files private to the user (umask 077), and dies with the
+thread that started it (``PR_SET_PDEATHSIG`` fires when the *thread* that forked it ends), so a
+crashed launcher cannot leave it running.
 """
 
 from __future__ import annotations

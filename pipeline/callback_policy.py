@@ -91,4 +91,3 @@ def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = (),
     if targets & own:
         return "callback_url points at this service's own endpoints"
     return None
-

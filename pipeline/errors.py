@@ -6,7 +6,7 @@ configs too)::
      ├── ConfigError              a setting (POLAR_* variable) is unknown or invalid
      ├── StateError               a Redis store refused a write or lacks a record
      │    ├── TransitionRefused   a session status write the state machine forbids
- │    ├── LeaseLost           a stage's lease was taken over (it stalled past it): it writes nothing
+     │    ├── LeaseLost           a stage's lease was taken over (it stalled past it): it writes nothing
      │    ├── TaskExists          submit of a task id that is taken
      │    └── TaskNotFound
      ├── BlobFormatError          a result or trajectory blob this code cannot read (pipeline/blobs)

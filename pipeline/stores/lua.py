@@ -151,15 +151,28 @@ redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
 return 1
 """)
 
+# The fence of a stage's copy (LEASE_CONFIRM, STAGE_FINISH): it was taken over when another copy
+# holds its lease, or the reaper took the lapsed lease and sent the stage again (the sent record),
+# or another copy finished the stage (its done field; '' when the caller marks none). A lease that
+# lapsed with nobody taking it over is still its holder's. Returns whether, and the lease's owner.
+_TAKEN_OVER = """
+local function taken_over(owners, sent, session, member, token, done)
+  local owner = redis.call('HGET', owners, member)
+  if owner then
+    if owner ~= token then return true, owner end
+  elseif redis.call('ZSCORE', sent, member) then
+    return true, owner
+  end
+  return done ~= '' and redis.call('HEXISTS', session, done) == 1, owner
+end
+"""
+
 # KEYS[1..3] as LEASE_ACQUIRE's, KEYS[4] the session hash; ARGV: member, token, ttl (ms), the
 # stage's done field. Before an act that cannot be undone: 1 while this token holds the lease
-# (extended), or when it lapsed with nobody taking it over (taken back); 0 when it was taken over
-# -- another copy holds it, the reaper took it and sent the stage again, or another copy finished
-# the stage (STAGE_FINISH fences by the same rule).
-LEASE_CONFIRM = Lua("lease_confirm", """
-if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 1 then return 0 end
-local owner = redis.call('HGET', KEYS[2], ARGV[1])
-if owner ~= ARGV[2] and (owner or redis.call('ZSCORE', KEYS[3], ARGV[1])) then return 0 end
+# (extended), or when it lapsed with nobody taking it over (taken back); 0 when the stage was taken
+# over (_TAKEN_OVER: the rule STAGE_FINISH fences by).
+LEASE_CONFIRM = Lua("lease_confirm", _TAKEN_OVER + """
+if taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4]) then return 0 end
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
@@ -229,17 +242,14 @@ return {1, fields}
 # the next stage's message recorded as sent and pushed onto its queue, the lease released if this
 # token still holds it. KEYS[7..]: pairs of a staged key (the stage's output, written on the same
 # MULTI just before) and its real name: renamed into place, or deleted when the end is refused.
-# Fencing: a copy whose lease was taken over -- another copy holds it, the reaper took it and sent
-# the stage again, or another copy already finished the stage (its done marker is set) -- writes
-# nothing at all and gets {-1, ''} (a lease that lapsed with nobody taking it is still this
-# copy's). Returns {1, previous status or ''}.
-STAGE_FINISH = Lua("stage_finish", _TRANSITION + """
+# Fencing: a copy whose stage was taken over (_TAKEN_OVER) writes nothing at all and gets {-1, ''}.
+# Returns {1, previous status or ''}.
+STAGE_FINISH = Lua("stage_finish", _TRANSITION + _TAKEN_OVER + """
 local function drop_staged()
   for i = 7, #KEYS, 2 do redis.call('DEL', KEYS[i]) end
 end
-local owner = redis.call('HGET', KEYS[2], ARGV[1])
-if (owner and owner ~= ARGV[2]) or (not owner and redis.call('ZSCORE', KEYS[3], ARGV[1]))
-   or (ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1) then
+local taken, owner = taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
+if taken then
   drop_staged()
   return {-1, ''}
 end

@@ -22,8 +22,8 @@ class OutputStore:
 
     def save_trajectory(self, session_id: str, trajectory: Trajectory, pipe: Any = None) -> None:
         """(``pipe``: queued on the caller's pipeline, e.g. a stage's end, instead of sent now.)"""
-        (pipe if pipe is not None else self._r).set(keys.session_trajectory(session_id),
-                                                     encode_trajectory(trajectory, self.layout), ex=self.ttl)
+        key, value, ttl = self.trajectory_put(session_id, trajectory)
+        (pipe if pipe is not None else self._r).set(key, value, ex=ttl)
 
     def trajectory_put(self, session_id: str, trajectory: Trajectory) -> tuple[str, bytes, int]:
         """The trajectory as a stage's fenced output (``Handoff.puts``)."""

@@ -205,6 +205,32 @@ def _result_put(sid: str, value: bytes):
     return Handoff(Stage.CALLBACK, fields={"evaluate_ended_at": time.time()}, puts=((keys.session_result(sid), value, 60),))
 
 
+def _stalled_copy(d, sid: str, then):
+    """Copy A of EVALUATE starts and stalls (its heartbeat stops, as a stopped process's does)
+    until ``resume`` is set, then ends with ``then(lease)``; returns once A's lease lapsed and the
+    reaper sent the stage again: (A's thread, ``resume``, the outcomes by copy)."""
+    import threading
+
+    from workers.stages import reaper
+
+    stalled, resume = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def stale_body(dd, state, lease):
+        lease.stop_heartbeat()
+        stalled.set()
+        assert resume.wait(10)
+        return then(lease)
+
+    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
+    a.start()
+    assert stalled.wait(5)
+    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    d.stores.r.delete(keys.REAPER_LOCK)
+    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]  # sent again
+    return a, resume, outcome
+
+
 def test_a_copy_that_stalled_past_its_lease_writes_nothing_once_another_took_over(quick, sid):
     """A stopped worker (SIGSTOP, a starved VM) resumes after the reaper sent its stage again and
     another copy took it: whichever ends first, only the copy holding the lease writes its output,
@@ -212,30 +238,17 @@ def test_a_copy_that_stalled_past_its_lease_writes_nothing_once_another_took_ove
     import threading
 
     from pipeline.stores import stage_metrics
-    from workers.stages import reaper
 
     d = quick
     walk_to(d, sid, S.EVALUATING)
-    stalled, resume, in_b, finish_b = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-    outcome: dict[str, str] = {}
-
-    def stale_body(dd, state, lease):
-        lease.stop_heartbeat()  # what a stopped process looks like from Redis
-        stalled.set()
-        assert resume.wait(10)
-        return _result_put(sid, b"stale")
+    in_b, finish_b = threading.Event(), threading.Event()
 
     def fresh_body(dd, state, lease):
         in_b.set()
         assert finish_b.wait(10)
         return _result_put(sid, b"fresh")
 
-    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
-    a.start()
-    assert stalled.wait(5)
-    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
-    d.stores.r.delete(keys.REAPER_LOCK)
-    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]  # sent again ...
+    a, resume, outcome = _stalled_copy(d, sid, lambda lease: _result_put(sid, b"stale"))
     b = threading.Thread(target=lambda: outcome.update(b=run_stage(Stage.EVALUATE, sid, fresh_body, d=d)))
     b.start()
     assert in_b.wait(5)  # ... and taken by another copy, which is still grading
@@ -276,36 +289,24 @@ def test_confirm_raises_only_when_the_lease_was_taken_over(quick, sid):
 def test_a_stalled_copy_resuming_after_the_other_finished_writes_nothing_either(quick, sid, confirms):
     """The other order: the copy that took over has finished (its lease released, the sent record
     gone) when the stalled one resumes -- its confirm and its end are refused all the same."""
-    import threading
-
     from pipeline.errors import LeaseLost
-    from workers.stages import reaper
 
     d = quick
     walk_to(d, sid, S.EVALUATING)
-    stalled, resume = threading.Event(), threading.Event()
-    outcome: dict[str, object] = {}
+    refused: dict[str, str] = {}
 
-    def stale_body(dd, state, lease):
-        lease.stop_heartbeat()
-        stalled.set()
-        assert resume.wait(10)
+    def stale_end(lease):
         if confirms:
             try:
                 lease.confirm()  # what EVALUATE does before tearing runtimes down
             except LeaseLost:
-                outcome["confirm"] = "refused"
+                refused["confirm"] = "refused"
                 raise
         return _result_put(sid, b"stale")
 
-    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
-    a.start()
-    assert stalled.wait(5)
-    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
-    d.stores.r.delete(keys.REAPER_LOCK)
-    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]
+    a, resume, outcome = _stalled_copy(d, sid, stale_end)
     assert run_stage(Stage.EVALUATE, sid, lambda *args: _result_put(sid, b"fresh"), d=d) == "done"
     resume.set()
     a.join(10)
-    assert outcome == ({"confirm": "refused", "a": "lease-lost"} if confirms else {"a": "lease-lost"})
+    assert outcome == {"a": "lease-lost"} and refused == ({"confirm": "refused"} if confirms else {})
     assert d.stores.r.get(keys.session_result(sid)) == b"fresh" and queued(d, Stage.CALLBACK) == 1

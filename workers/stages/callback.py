@@ -157,8 +157,7 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     request = d.stores.tasks.request(task_id)
     url = str(request.callback_url)
     info: dict[str, Any] = {"last_attempt_at": time.time()}
-    why = refusal(url, d.settings, resolved=_resolve(url), delivering=True,
-                  own_resolved=[(a, port) for own in own_urls(d.settings) for port in [port_of(own)] for a in _resolve(own)])
+    why = refusal(url, d.settings, resolved=_resolve(url), own_resolved=_own_addresses(d), delivering=True)
     if why:
         outbox.finish(task_id, "refused", {**info, "last_error": why})
         log.warning("task %s callback refused: %s", task_id, why)
@@ -195,6 +194,12 @@ def _resolve(url: str) -> list[str]:
         return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
     except (OSError, UnicodeError):
         return []
+
+
+def _own_addresses(d: Deps) -> list[tuple[str, int | None]]:
+    """(address, port) of this service's own endpoints as they resolve now (compose and Kubernetes
+    name them: a callback may spell one by its IP)."""
+    return [(address, port_of(own)) for own in own_urls(d.settings) for address in _resolve(own)]
 
 
 def _headers(d: Deps, task_id: str, attempt: int, body: bytes) -> dict[str, str]:
