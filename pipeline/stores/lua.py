@@ -230,23 +230,28 @@ return {1, fields}
 """)
 
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset, KEYS[4] session hash,
-# KEYS[5] the next stage's queue list, KEYS[6] the stage counters. ARGV: [1] lease member, [2]
-# token, [3] done field ('' for none), [4] its value, [5] the next stage's member ('' for none),
-# [6] now, [7] its message, [8] a status to move the session to ('' for none), [9] the statuses it
-# may move from, [10] the move's token, [11] an outcome to record if none is yet ('' for none),
-# [12] its error, [13] the run's counter field, [14] its duration bucket's field ('' for none),
-# [15] the duration sum's field, [16] the duration, then field/value pairs written with the move
-# (or on their own, when there is no move). The stage ends in one step: the session moved (if
-# asked; when refused, nothing at all is written and {0, current status} comes back), the outcome
-# recorded (the first one wins), the stage marked done (only on a session that still exists),
-# the next stage's message recorded as sent and pushed onto its queue, the lease released if this
-# token still holds it. KEYS[7..]: pairs of a staged key (the stage's output, written on the same
-# MULTI just before) and its real name: renamed into place, or deleted when the end is refused.
-# Fencing: a copy whose stage was taken over (_TAKEN_OVER) writes nothing at all and gets {-1, ''}.
+# KEYS[5] the next stage's queue list, KEYS[6] the stage counters, KEYS[7] READY slots, KEYS[8]
+# the READY list. ARGV: [1] lease member, [2] token, [3] done field ('' for none), [4] its value,
+# [5] the next stage's member ('' for none), [6] now, [7] its message, [8] a status to move the
+# session to ('' for none), [9] the statuses it may move from, [10] the move's token, [11] an
+# outcome to record if none is yet ('' for none), [12] its error, [13] the run's counter field,
+# [14] its duration bucket's field ('' for none), [15] the duration sum's field, [16] the
+# duration, [17] a session id to park in READY ('' for none: only INIT's end does), [18] its
+# slot's time to live in seconds, then field/value pairs written with the move (or on their own,
+# when there is no move). The stage ends in one step: the session moved (if asked; when refused,
+# nothing at all is written and {0, current status} comes back), the outcome recorded (the first
+# one wins), the stage marked done (only on a session that still exists), the next stage's
+# message recorded as sent and pushed onto its queue, the session parked in READY, the lease
+# released if this token still holds it. KEYS[9..]: pairs of a staged key (the stage's output,
+# written on the same MULTI just before) and its real name: renamed into place, or deleted when
+# the end is refused.
+# Fencing: a copy whose stage was taken over (_TAKEN_OVER) writes nothing at all and gets {-1, ''}
+# -- no READY entry either (it was a plain write queued before the script, and a stalled INIT
+# copy left one behind that held a slot until its time to live).
 # Returns {1, previous status or ''}.
 STAGE_FINISH = Lua("stage_finish", _TRANSITION + _TAKEN_OVER + """
 local function drop_staged()
-  for i = 7, #KEYS, 2 do redis.call('DEL', KEYS[i]) end
+  for i = 9, #KEYS, 2 do redis.call('DEL', KEYS[i]) end
 end
 local taken, owner = taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
 if taken then
@@ -255,13 +260,13 @@ if taken then
 end
 local moved = {1, ''}
 if ARGV[8] ~= '' then
-  moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 17)
+  moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 19)
   if moved[1] == 0 then
     drop_staged()
     return moved
   end
-elseif #ARGV > 16 and redis.call('EXISTS', KEYS[4]) == 1 then
-  for i = 17, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+elseif #ARGV > 18 and redis.call('EXISTS', KEYS[4]) == 1 then
+  for i = 19, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
 end
 redis.call('HINCRBY', KEYS[6], ARGV[13], 1)
 if ARGV[14] ~= '' then
@@ -277,7 +282,13 @@ if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
   redis.call('LPUSH', KEYS[5], ARGV[7])
 end
-for i = 7, #KEYS, 2 do redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
+if ARGV[17] ~= '' then
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[7], tonumber(now[1]) + tonumber(now[2]) / 1e6 + tonumber(ARGV[18]), ARGV[17])
+  redis.call('LREM', KEYS[8], 0, ARGV[17])
+  redis.call('RPUSH', KEYS[8], ARGV[17])
+end
+for i = 9, #KEYS, 2 do redis.call('RENAME', KEYS[i], KEYS[i + 1]) end
 if owner == ARGV[2] then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])

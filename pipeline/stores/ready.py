@@ -9,7 +9,6 @@ never both take the same runtime.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import redis
@@ -49,16 +48,10 @@ class ReadyBuffer:
         SessionStore.transition_result(session_id, target, ok, previous)
         return True
 
-    def push(self, session_id: str, ttl_seconds: float, pipe: Any = None) -> None:
-        """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN.
-        (``pipe``: queued on the caller's MULTI, e.g. INIT's end -- as plain commands, the slot's
-        expiry in this host's time: a pipeline's one script must be its last, see ``lua.execute``.)"""
-        if pipe is None:
-            self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
-            return
-        pipe.zadd(keys.READY_SLOTS, {session_id: time.time() + ttl_seconds})
-        pipe.lrem(keys.READY_LIST, 0, session_id)
-        pipe.rpush(keys.READY_LIST, session_id)
+    def push(self, session_id: str, ttl_seconds: float) -> None:
+        """The runtime is initialised: keep the slot until ``ttl`` and queue it for RUN. (INIT's
+        own end does this inside its fenced STAGE_FINISH; this is the same write on its own.)"""
+        self._push(keys=[keys.READY_SLOTS, keys.READY_LIST], args=[session_id, ttl_seconds])
 
     def claim(self, session_id: str) -> bool:
         """Take the session out of READY; exactly one caller ever gets True."""

@@ -2,11 +2,11 @@
 
 * ``begin``: take the stage's lease, read the session, mark the stage started (and stamp its
   start, for stages that have a stamp) -- STAGE_BEGIN;
-* ``finish``: in one MULTI/EXEC, the stage's own last writes (``Handoff.writes``) and its
-  outputs under staged names (``Handoff.puts``), then STAGE_FINISH: the session's move to its
-  next status with the fields that go with it, the outcome (first write wins), the outputs renamed
-  into place, the "done" marker, the next stage's message recorded as sent and pushed onto its
-  Celery queue, the lease released. Atomic: no crash leaves a stage done without its successor
+* ``finish``: in one MULTI/EXEC, the stage's outputs under staged names (``Handoff.puts``), then
+  STAGE_FINISH: the session's move to its next status with the fields that go with it, the
+  outcome (first write wins), the outputs renamed into place, the "done" marker, the next stage's
+  message recorded as sent and pushed onto its Celery queue, INIT's session parked in READY, the
+  lease released. Atomic: no crash leaves a stage done without its successor
   sent, or a session moved without its stage marked done. Fenced: a copy that stalled past its
   lease while another took over writes none of it (``LeaseLost``);
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
@@ -40,8 +40,8 @@ class Handoff:
     """How a stage body ends: the stage that comes next (None: nowhere) and what the stage's end
     writes with its done marker, atomically: the session's move to ``status`` (from one of
     ``expected``; all of the status's predecessors when empty) with ``fields``, the ``outcome``
-    if none is recorded yet, and ``writes`` -- the stage's own last commands, queued on the
-    end's MULTI before the rest (e.g. storing the trajectory)."""
+    if none is recorded yet, the stage's outputs (``puts``) and, for INIT's end, the session
+    parked in READY for ``ready_ttl`` seconds."""
 
     next: Stage | None
     status: SessionStatus | None = None
@@ -49,7 +49,7 @@ class Handoff:
     fields: dict[str, Any] = field(default_factory=dict)
     outcome: Outcome | None = None
     error: str | None = None
-    writes: Callable[[Any], None] | None = None
+    ready_ttl: float | None = None
     # (key, value, ttl seconds): the stage's outputs, written only if its end is (fenced).
     puts: tuple[tuple[str, bytes, int], ...] = ()
 
@@ -104,21 +104,20 @@ class StageRuns:
             move += SessionStore.field_args(handoff.fields)
         outcome = handoff.outcome.value if handoff is not None and handoff.outcome is not None else ""
         error = (handoff.error or "")[:4000] if handoff is not None else ""
+        ready_ttl = handoff.ready_ttl if handoff is not None else None
+        ready = [session_id, repr(ready_ttl)] if ready_ttl is not None else ["", ""]
         args = [lease.member, lease.token, *done_args, keys.lease_member(send.value, session_id) if send else "",
                 repr(time.time()), message, *move[:3], outcome, error,
-                *stage_metrics.run_fields(lease.stage, result, seconds), *move[3:]]
+                *stage_metrics.run_fields(lease.stage, result, seconds), *ready, *move[3:]]
         script_keys = [*_LEASE_KEYS, keys.session(session_id), queue_key(send.queue, priority) if send else keys.LEASE_SENT,
-                       keys.STAGE_METRICS]
-        writes = handoff.writes if handoff is not None else None
+                       keys.STAGE_METRICS, keys.READY_SLOTS, keys.READY_LIST]
         puts = handoff.puts if handoff is not None else ()
         staged = [f"{key}:staged:{lease.token}" for key, _, _ in puts]
         script_keys += [k for tmp, (key, _, _) in zip(staged, puts) for k in (tmp, key)]
-        if writes is None and not puts:
+        if not puts:
             ok, previous = self._finish(keys=script_keys, args=args)
         else:
             def build(pipe: Any) -> None:
-                if writes is not None:
-                    writes(pipe)
                 for tmp, (_, value, ttl) in zip(staged, puts):
                     pipe.set(tmp, value, ex=ttl)
                 lua.queue(pipe, lua.STAGE_FINISH, script_keys, args)

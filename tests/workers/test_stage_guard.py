@@ -205,8 +205,8 @@ def _result_put(sid: str, value: bytes):
     return Handoff(Stage.CALLBACK, fields={"evaluate_ended_at": time.time()}, puts=((keys.session_result(sid), value, 60),))
 
 
-def _stalled_copy(d, sid: str, then):
-    """Copy A of EVALUATE starts and stalls (its heartbeat stops, as a stopped process's does)
+def _stalled_copy(d, sid: str, then, stage: Stage = Stage.EVALUATE):
+    """Copy A of ``stage`` starts and stalls (its heartbeat stops, as a stopped process's does)
     until ``resume`` is set, then ends with ``then(lease)``; returns once A's lease lapsed and the
     reaper sent the stage again: (A's thread, ``resume``, the outcomes by copy)."""
     import threading
@@ -222,12 +222,12 @@ def _stalled_copy(d, sid: str, then):
         assert resume.wait(10)
         return then(lease)
 
-    a = threading.Thread(target=lambda: outcome.update(a=run_stage(Stage.EVALUATE, sid, stale_body, d=d)))
+    a = threading.Thread(target=lambda: outcome.update(a=run_stage(stage, sid, stale_body, d=d)))
     a.start()
     assert stalled.wait(5)
-    wait_for(lambda: not held(d.stores.r, sid, Stage.EVALUATE), timeout=5, interval=0.05)
+    wait_for(lambda: not held(d.stores.r, sid, stage), timeout=5, interval=0.05)
     d.stores.r.delete(keys.REAPER_LOCK)
-    assert reaper.reap_once(d) == [(sid, Stage.EVALUATE)]  # sent again
+    assert reaper.reap_once(d) == [(sid, stage)]  # sent again
     return a, resume, outcome
 
 
@@ -310,3 +310,53 @@ def test_a_stalled_copy_resuming_after_the_other_finished_writes_nothing_either(
     a.join(10)
     assert outcome == {"a": "lease-lost"} and refused == ({"confirm": "refused"} if confirms else {})
     assert d.stores.r.get(keys.session_result(sid)) == b"fresh" and queued(d, Stage.CALLBACK) == 1
+
+
+def _parks_in_ready(sid: str):
+    from pipeline.stores.stage_runs import Handoff
+
+    return Handoff(Stage.RUN, S.READY, (S.INITIALIZING,), {"ready_at": time.time()}, ready_ttl=60)
+
+
+def test_a_stalled_init_copy_leaves_no_ready_entry_once_its_session_was_recovered(quick, sid):
+    """INIT stalls past its lease after starting the runtime; the copy the reaper sent recovers
+    the session (init worker lost -> POSTRUN, its READY slot given back). When the stalled copy
+    resumes, its end -- the session parked in READY -- is refused whole: no READY entry or slot is
+    left to hold the buffer's room until its time to live."""
+    d = quick
+    assert d.stores.ready.admit(sid, d.stores.tasks.key("t"), 60)  # INIT's start: slot + INITIALIZING
+    a, resume, outcome = _stalled_copy(d, sid, lambda lease: _parks_in_ready(sid), stage=Stage.INIT)
+    assert run_stage(Stage.INIT, sid, init.body, init.recover, d=d) == "done"  # recovered
+    assert d.stores.sessions.status(sid) == S.POSTRUN and d.stores.ready.snapshot()["reserved"] == 0
+    resume.set()
+    a.join(10)
+    assert outcome == {"a": "lease-lost"}
+    assert d.stores.ready.snapshot() == {"depth": 0, "reserved": 0, "capacity": d.stores.ready.capacity}
+    assert queued(d, Stage.RUN) == 0 and d.stores.sessions.status(sid) == S.POSTRUN
+
+
+def test_an_init_end_whose_move_is_refused_leaves_no_ready_entry(d, sid):
+    """A session cancelled while INIT ran (its move to READY refused): nothing of the end is
+    written, the READY entry included."""
+    from pipeline.errors import TransitionRefused
+
+    lease = StageLease(d.stores.r, sid, Stage.INIT, 5)
+    assert lease.acquire()
+    walk_to(d, sid, S.INITIALIZING)
+    d.stores.sessions.transition(sid, S.POSTRUN)  # (as cancelling an initialising session does)
+    with pytest.raises(TransitionRefused):
+        d.stores.stage_runs.finish(lease, sid, done=Stage.INIT, handoff=_parks_in_ready(sid))
+    assert d.stores.ready.snapshot()["depth"] == 0 and d.stores.ready.snapshot()["reserved"] == 0
+    assert queued(d, Stage.RUN) == 0
+
+
+def test_an_init_end_parks_the_session_in_ready_with_its_slot(d, sid):
+    lease = StageLease(d.stores.r, sid, Stage.INIT, 5)
+    assert lease.acquire()
+    walk_to(d, sid, S.INITIALIZING)
+    before = time.time()
+    d.stores.stage_runs.finish(lease, sid, done=Stage.INIT, handoff=_parks_in_ready(sid))
+    assert d.stores.r.lrange(keys.READY_LIST, 0, -1) == [sid.encode()]
+    expiry = d.stores.r.zscore(keys.READY_SLOTS, sid)
+    assert before + 59 < expiry < time.time() + 61
+    assert d.stores.sessions.status(sid) == S.READY and queued(d, Stage.RUN) == 1

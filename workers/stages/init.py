@@ -58,10 +58,9 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | Handoff:
         d.stores.ready.release(sid)
         return Handoff(Stage.POSTRUN, SessionStatus.POSTRUN, (SessionStatus.INITIALIZING,),
                        outcome=outcome, error=f"init: {exc}")
-    ready_ttl = max(1.0, deadline - time.time()) + READY_GRACE_SECONDS
-    # Into READY (its list and slot), the move and RUN's message: one step.
+    # Into READY (its list and slot), the move and RUN's message: one fenced step.
     return Handoff(Stage.RUN, SessionStatus.READY, (SessionStatus.INITIALIZING,), {"ready_at": time.time()},
-                   writes=lambda pipe: d.stores.ready.push(sid, ready_ttl, pipe))
+                   ready_ttl=max(1.0, deadline - time.time()) + READY_GRACE_SECONDS)
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:
