@@ -84,10 +84,12 @@ def metrics_folder() -> Iterator[Callable[[Any, Any], None]]:
         yield child_exit
     finally:
         # A gunicorn worker leaves through here too (its exit unwinds the master's stack it was
-        # forked in): only the master removes the folder.
+        # forked in): only the master removes the folder and restores the variable -- a worker
+        # still writes its last events there at exit (ProxyMetrics.flush, atexit); without the
+        # variable prometheus-client failed with a TypeError and the events were lost.
         if os.getpid() == owner:
             shutil.rmtree(folder, ignore_errors=True)
-        if previous is None:
-            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        else:
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous
+            if previous is None:
+                os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            else:
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous

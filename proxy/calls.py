@@ -27,6 +27,7 @@ from werkzeug.wrappers import Request, Response
 from pipeline.codec import nesting_depth_exceeds
 from pipeline.credentials import session_of_key
 from pipeline.settings import Settings
+from proxy.client_watch import client_socket
 from proxy.content_encoding import decoded
 from proxy.detection import detect
 from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, Unavailable, UpstreamError
@@ -120,7 +121,8 @@ class ModelCalls:
         except BaseException:
             gw.abandon(lease)
             raise
-        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in, raw)
+        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in, raw,
+                    client_socket(req.environ))
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer), True

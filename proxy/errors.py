@@ -3,7 +3,7 @@
     ProxyError                      status  code
      ├── BadRequest                  400    invalid_request_error (bad JSON, bad fields)
      │    ├── PayloadTooLarge        413
- │    ├── UnsupportedMediaType   415    a request Content-Encoding the proxy cannot undo
+     │    ├── UnsupportedMediaType   415    a request Content-Encoding the proxy cannot undo
      │    ├── UnsupportedFeature     400    valid for the vendor, impossible on a local engine
      │    └── ContextOverflow        400    context_length_exceeded: the prompt (+ output) does not fit
      ├── NotFound                    404    unknown model or stored response
@@ -12,6 +12,7 @@
      ├── Unauthorized                401    /admin/* without the admin token
      ├── Unavailable                 503    Redis is unreachable: retry
      ├── UnsupportedEndpoint         404    a path no provider serves
+     ├── ClientGone                  499    the client left while the engine sampled (call aborted)
      └── UpstreamError               502    the inference server failed or misbehaved
           ├── UpstreamRejected       4xx    it refused the request (its status is passed on)
           └── UpstreamTimeout        504
@@ -101,6 +102,14 @@ class Unavailable(ProxyError):
 
 class UnsupportedEndpoint(ProxyError):
     status, type, code = 404, "invalid_request_error", "unsupported_endpoint"
+
+
+class ClientGone(ProxyError):
+    """The client closed its connection while the engine was sampling its answer: the engine
+    call was aborted (``proxy/client_watch.py``). Nobody reads the answer; kept as an error
+    record. 499: nginx's "client closed request"."""
+
+    status, type, code = 499, "api_error", "client_closed_request"
 
 
 class UpstreamError(ProxyError):

@@ -19,6 +19,7 @@ from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy import context_limits, noise, upstream
 from proxy.capture import build_error_record, build_record, new_completion_id
+from proxy.client_watch import watching
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
@@ -56,6 +57,7 @@ class Call:
     received: float  # perf_counter when the request arrived (the proxy's own time, metrics)
     token_in: TokenIn = TokenIn.OFF  # the session's agent.token_in (proxy/token_in.py)
     original_json: bytes | None = None  # ``original`` as the client sent it (stored as sent)
+    client: Any = None  # the client's socket, watched while the engine samples (proxy/client_watch.py)
 
     @property
     def session_id(self) -> str:
@@ -194,10 +196,11 @@ class Gateway:
                 chat = self._fit_spliced(chat, len(plan.spliced.prompt_ids), sid)
                 engine_call = self.token_in.request(plan, chat, parsed.top_logprobs, self._context(chat, sid))
             t0 = time.perf_counter()
-            if plan is not None and engine_call is not None:
-                raw, base = self.token_in.sample(plan, engine_call, chat, parsed.top_logprobs, sid)
-            else:
-                raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
+            with watching(call.client):  # a client that leaves aborts the engine call (ClientGone)
+                if plan is not None and engine_call is not None:
+                    raw, base = self.token_in.sample(plan, engine_call, chat, parsed.top_logprobs, sid)
+                else:
+                    raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
             try:
                 captured = self.engine.extract(raw)

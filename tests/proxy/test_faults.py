@@ -200,3 +200,87 @@ def test_an_oversized_chunked_body_is_413_as_with_a_length(fake_stack):
                 assert answer.status_code == status, (size, path.rsplit("/", 1)[-1], chunked, answer.text[:200])
                 if status == 413:
                     assert "exceeds 1000000 bytes" in answer.text
+
+
+class _HangingEngine:
+    """An engine that takes every chat call and never answers: it reads the request, then waits
+    for its connection to close and notes when (vLLM aborts a request then). Other paths (model
+    cards, health) get an empty 200."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.port = free_port()
+        self.received = threading.Event()
+        self.closed = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            if b"/chat/completions" not in data.split(b"\r\n", 1)[0]:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+                return
+            self.received.set()
+            conn.settimeout(60)
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
+            self.closed.set()
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_client_that_leaves_mid_call_aborts_the_engine_call(fake_stack, stream):
+    """An agent killed at its deadline closes its connection while the engine samples: the proxy
+    closes its engine connection at once (vLLM and SGLang abort the request then: no GPU time
+    spent on an answer nobody reads), keeps an error record saying so, and the call leaves the
+    session's in-flight count (POSTRUN's drain does not wait for it)."""
+    import socket
+
+    import redis
+
+    engine = _HangingEngine()
+    port = free_port()
+    env = {**os.environ, **fake_stack.settings.to_env(), "POLAR_UPSTREAM_URL": f"http://127.0.0.1:{engine.port}",
+           "POLAR_UPSTREAM_TIMEOUT_SECONDS": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "proxy", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)
+        key = running_session(fake_stack.settings.redis_url)
+        body = json.dumps({"model": "fake", "messages": MSG, "stream": stream}).encode()
+        client = socket.create_connection(("127.0.0.1", port))
+        client.sendall(b"POST /s/%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body))
+        assert engine.received.wait(30)
+        assert not engine.closed.wait(0.5)  # the engine is still "sampling"
+        client.close()  # the agent is gone
+        assert engine.closed.wait(15), "the proxy kept its engine call open after its client left"
+        r = redis.Redis.from_url(fake_stack.settings.redis_url)
+        wait_for(lambda: records(fake_stack.settings.redis_url, key)[1], timeout=10, interval=0.05)
+        done, errors = records(fake_stack.settings.redis_url, key)
+        assert not done and [(e["status_code"], e["error_type"]) for e in errors] == [(499, "ClientGone")]
+        assert r.zcard(keys.session_calls(sid_of(key))) == 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        engine.close()
