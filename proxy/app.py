@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
             body = body if body is not None else json_body(request)
             with translating(provider):  # as a model call's translation answers it
                 chat = provider.count_tokens_chat(body, route, **provider.context(body, scope))
-            return _json(provider.count_tokens_response(gw.count_tokens(chat)))
+            return _json(provider.count_tokens_response(gw.count_request_tokens(chat)))
         return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 
     @app.post("/admin/pause")

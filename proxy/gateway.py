@@ -330,6 +330,13 @@ class Gateway:
                         context_limits.max_prompt_tokens(context, self.context_reserve) + 1)
             raise context_limits.overflow(least, context, self.context_reserve) from None
 
+    def count_request_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
+        """A client's count request (Anthropic's count_tokens, Gemini's countTokens, Responses'
+        input_tokens): the prompt as its model call would sample it -- scrubbed of the same noise
+        (e.g. Claude Code's billing header line), so the count matches the call's usage."""
+        scrubbed, _ = noise.scrub(chat, self.noise)
+        return self.count_tokens(scrubbed, affinity=affinity)
+
     def count_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
         """The engine's count of ``chat``'s prompt, rendered as its chat completion would be."""
         body = {"model": self.settings.upstream_model or chat.get("model"),

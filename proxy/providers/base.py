@@ -278,7 +278,7 @@ def shared_models_route(method: str, path: str, name: str) -> Route | None:
         return Route("models", name)
     for prefix in ("/v1/models/", "/models/"):
         rest = path[len(prefix):]
-        if path.startswith(prefix) and rest and "/" not in rest and ":" not in rest:
+        if path.startswith(prefix) and rest and ":" not in rest:  # ids may hold "/": "Qwen/Qwen3-8B"
             return Route("model", name, model=rest)
     return None
 

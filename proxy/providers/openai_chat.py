@@ -63,8 +63,7 @@ def normalize(body: Any) -> dict[str, Any]:
         out_messages.append(m)
     if body.get("n", 1) not in (1, None):
         raise BadRequest("only n=1 is supported (each sample is its own session)", param="n")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise BadRequest("'stream' must be a boolean", param="stream")
+    opt_bool(body, "stream")  # null is "not streamed" (the SDK's type and the spec allow it)
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of objects", param="tools")

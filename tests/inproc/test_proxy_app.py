@@ -321,3 +321,30 @@ def test_a_model_call_leaves_no_reference_cycles(proxy_app, redis_url):
             assert gc.collect() == 0
         finally:
             gc.enable()
+
+
+def test_model_names_holding_a_slash_as_vllm_serves_checkpoints(proxy_app, redis_url):
+    """vLLM serves a checkpoint under its path ("Qwen/Qwen3-8B"); harnesses pass that name on:
+    Gemini's SDK puts it into the URL (models/Qwen/Qwen3-8B:generateContent), model lookups too."""
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)
+    name = "Qwen/Qwen3-8B"
+    assert c["google"].models.generate_content(model=name, contents="hi").text
+    assert "".join(chunk.text or "" for chunk in c["google"].models.generate_content_stream(model=name, contents="hi"))
+    assert c["google"].models.count_tokens(model=name, contents="hi").total_tokens > 0
+    done, _ = records(redis_url, key)
+    assert [r["model"] for r in done] == [name, name]
+    for client in ("openai", "anthropic"):  # looked up by that name: the engine's "not found", not "no such path"
+        with pytest.raises((openai.NotFoundError, anthropic.NotFoundError)) as info:
+            c[client].models.retrieve("org/nope")
+        assert "not served" not in str(info.value) and "org/nope" in str(info.value)
+
+
+def test_chat_stream_null_is_not_streamed(proxy_app, redis_url):
+    """The OpenAI SDK types ``stream`` as optional and sends ``null`` when given None (the spec
+    marks it nullable): a plain answer, not a 400."""
+    key = running_session(redis_url)
+    answer = sdk_clients(proxy_app, key)["openai"].chat.completions.create(model="fake", messages=MSG, stream=None)
+    assert answer.choices[0].message.content and records(redis_url, key)[0][0]["stream"] is False
+    with pytest.raises(openai.BadRequestError, match="'stream' must be a boolean"):
+        sdk_clients(proxy_app, key)["openai"].chat.completions.create(model="fake", messages=MSG, stream="yes")

@@ -179,3 +179,17 @@ def test_anthropic_structured_output_reaches_the_engine(ref_stack):
         output_config={"format": {"type": "json_schema", "schema": schema}})
     req = records(ref_stack, key)[-1]["normalized_request"]
     assert req["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
+def test_count_tokens_counts_the_prompt_the_call_samples_claude_codes_billing_header_included(ref_stack):
+    """Claude Code's system prompt starts with a billing-header line the proxy scrubs before
+    sampling (a noise rule: it changes every call); its count_tokens request gets the same scrub,
+    so the count is the call's usage.input_tokens (the recorded prompt ids)."""
+    key = running_session(ref_stack.settings.redis_url)
+    system = ("x-anthropic-billing-header: cc_version=2.0.1; cc_entrypoint=cli; cch=abcdef1234;\n"
+              "You are Claude Code.")
+    ask = {"model": "tiny", "system": system, "messages": [{"role": "user", "content": "hi"}]}
+    client = anthropic_client(ref_stack, key)
+    counted = client.messages.count_tokens(**ask).input_tokens
+    used = client.messages.create(max_tokens=2, **ask).usage.input_tokens
+    assert counted == used == len(records(ref_stack, key)[-1]["prompt_ids"])
