@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import quote
@@ -86,6 +86,7 @@ class RolloutClient:
         ``impatient``: ~8 s, ``quick``: not at all)."""
         self.max_deliveries = max_deliveries
         self.redis_patience = redis_patience
+        self._results_stream: ResultsStream | None = None
         self.api_url = api_url.rstrip("/")
         self.redis_url = redis_url
         headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
@@ -127,9 +128,9 @@ class RolloutClient:
             st = self.status(task_id, results=False)
             if st.status.is_terminal():
                 return self.status(task_id, results=True) if results else st
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"task {task_id} not finished after {timeout}s ({st.counts})")
-            time.sleep(poll_seconds)
+            time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         resp = self._http.request(method, f"{self.api_url}{path}", **kw)
@@ -158,10 +159,14 @@ class RolloutClient:
         - ``Delivery.nack()`` hands an entry back: it is delivered again. An entry delivered
           ``max_deliveries`` times without an ack (nacked, or its consumer kept dying on it),
           undecodable, or trimmed while pending goes to the dead-letter stream instead.
-        - While the iterator is open, the entries it holds are kept from other consumers' claims
-          (their idle time reset every ``claim_idle_ms / 3`` by a daemon thread): a trainer may
-          hold deliveries through a step longer than ``claim_idle_ms``. A dead process stops
-          resetting them, and they are claimed.
+        - While the iterator is open, the entries it holds -- yielded, or read ahead in a batch
+          not yet handed over -- are kept from other consumers' claims (their idle time reset
+          every ``claim_idle_ms / 3`` by a daemon thread): a trainer may hold deliveries through
+          a step longer than ``claim_idle_ms``. A dead process stops resetting them, and they
+          are claimed.
+        - A delivery is counted when the entry is handed to the trainer (``Delivery.deliveries``),
+          not when it is read: entries read ahead with one the trainer keeps dying on are not
+          dead-lettered with it.
         - When Redis goes away the iterator waits and reconnects with back-off (re-reading its
           own unacked entries first: nothing is skipped, nothing it holds is yielded again)
           instead of ending."""
@@ -172,6 +177,8 @@ class RolloutClient:
         stream = ResultsStream(connect(self.redis_url, mode=self.redis_patience))
         limit = max_deliveries or self.max_deliveries
         holding: dict[str, str] = {}  # session -> entry yielded and neither acked nor nacked yet
+        reading: dict[str, None] = {}  # entries read ahead (a batch not handed over yet): kept from claims too
+        acked_here: set[str] = set()  # sessions acked since the current batch's de-duplication query
         nacked: list[str] = []
 
         def settle(e: StreamEntry, nack: bool) -> None:
@@ -180,28 +187,40 @@ class RolloutClient:
                 nacked.append(e.entry_id)
             else:
                 stream.ack_delivered(group, e.entry_id, e.session_id, dedupe_seconds)
+                acked_here.add(e.session_id)
 
         def deliver(batch: list[StreamEntry]) -> Iterator[Delivery]:
-            good = []
-            for e in batch:
-                why = _poison(e, limit)
-                if why:
-                    stream.dead_letter(group, consumer, e, why)
-                else:
-                    good.append(e)
-            done = stream.delivered(group, [e.session_id for e in good])
-            for e in good:
-                held = holding.get(e.session_id)
-                if held == e.entry_id:
-                    continue  # still in the trainer's hands (re-read after a reconnect)
-                if e.session_id in done or held is not None:
-                    stream.ack(group, e.entry_id)  # a duplicate publication
-                    continue
-                holding[e.session_id] = e.entry_id
-                yield Delivery(e.entry_id, e, functools.partial(settle, e, False), functools.partial(settle, e, True))
+            reading.update(dict.fromkeys(e.entry_id for e in batch))
+            try:
+                done = stream.delivered(group, [e.session_id for e in batch if e.session_id])
+                acked_here.clear()  # from here on, acks the query did not see
+                for e in batch:
+                    reading.pop(e.entry_id, None)
+                    held = holding.get(e.session_id)
+                    if held == e.entry_id:
+                        continue  # still in the trainer's hands (re-read after a reconnect): not delivered again
+                    if e.session_id and (e.session_id in done or e.session_id in acked_here or held is not None):
+                        stream.ack(group, e.entry_id)  # a duplicate publication
+                        continue
+                    why = _poison(e)
+                    if why is None:
+                        # Counted when handed to the trainer, not when read: a batch read ahead
+                        # (and re-read after a crash) is not "delivered" until the trainer has it.
+                        e = replace(e, deliveries=stream.hand(group, e.entry_id, dedupe_seconds))
+                        if e.deliveries > limit:
+                            why = f"delivered {e.deliveries} times without an ack (max_deliveries={limit})"
+                    if why:
+                        stream.dead_letter(group, consumer, e, why)
+                        continue
+                    holding[e.session_id] = e.entry_id
+                    yield Delivery(e.entry_id, e, functools.partial(settle, e, False),
+                                   functools.partial(settle, e, True))
+            finally:
+                for e in batch:
+                    reading.pop(e.entry_id, None)
 
         alive = threading.Event()
-        threading.Thread(target=_keep_held, args=(stream, group, consumer, holding, alive, claim_idle_ms / 3000),
+        threading.Thread(target=_keep_held, args=(stream, group, consumer, holding, reading, alive, claim_idle_ms / 3000),
                          name=f"polar-results-{consumer}", daemon=True).start()
         try:
             yield from self._consume(stream, group, consumer, deliver, nacked, block_ms, count, stop_after, claim_idle_ms)
@@ -240,32 +259,44 @@ class RolloutClient:
                 time.sleep(backoff)
                 backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
 
+    def close_task(self, group: str, task_id: str, keep_seconds: float = 7 * 24 * 3600) -> None:
+        """Remember, in Redis, that the consumer group has taken ``task_id``'s group
+        (``trainers.stream_groups``): it survives the consumer's restart."""
+        self._stream().close_task(group, task_id, keep_seconds)
+
+    def task_closed(self, group: str, task_id: str) -> bool:
+        return self._stream().task_closed(group, task_id)
+
+    def _stream(self) -> ResultsStream:
+        if not self.redis_url:
+            raise ValueError("the results stream needs redis_url")
+        if self._results_stream is None:
+            from pipeline.stores.connection import connect
+
+            self._results_stream = ResultsStream(connect(self.redis_url, mode=self.redis_patience))
+        return self._results_stream
+
     def lag(self, group: str) -> int | None:
         """Entries the consumer group has not read yet (XINFO GROUPS lag; alert on it: results
         far behind can be trimmed from the stream)."""
-        if not self.redis_url:
-            raise ValueError("lag() needs redis_url")
-        from pipeline.stores.connection import connect
-
-        return ResultsStream(connect(self.redis_url)).lag(group)
+        return self._stream().lag(group)
 
 
-def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], closed: threading.Event,
-               every: float) -> None:
+def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], reading: dict[str, None],
+               closed: threading.Event, every: float) -> None:
     while not closed.wait(max(every, 0.05)):
-        held = list(holding.values())
+        held = [*holding.values(), *reading]
         try:
             stream.touch(group, consumer, held)
         except redis.RedisError as exc:  # the next beat tries again
             log.debug("could not keep held results: %s", exc)
 
 
-def _poison(e: StreamEntry, max_deliveries: int) -> str | None:
-    """Why ``e`` must go to the dead-letter stream rather than to the trainer, if it must."""
+def _poison(e: StreamEntry) -> str | None:
+    """Why ``e`` must go to the dead-letter stream rather than to the trainer, whatever its
+    delivery count, if it must."""
     if not e.blob:
         return "trimmed from the stream while pending: its payload is gone"
-    if e.deliveries > max_deliveries:
-        return f"delivered {e.deliveries} times without an ack (max_deliveries={max_deliveries})"
     try:
         e.arrays.read_all()  # decodes every array (cached: what the trainer reads next)
     except Exception as exc:  # noqa: BLE001 - any failure to decode makes it poison

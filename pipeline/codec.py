@@ -14,6 +14,8 @@ written before these types existed still decode: they hold the plain values)::
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from array import array
 from functools import partial
@@ -135,3 +137,33 @@ def nesting_depth_exceeds(value: Any, limit: int) -> bool:
                               chain.from_iterable(filter(_IS_LIST, level))))
         level = list(compress(children, map(_IS_CONTAINER, map(type, children))))
     return False
+
+
+_LONG_DIGITS = re.compile(rb"\d{19}")  # 2**63 has 19 digits: shorter integer literals always fit
+
+
+class _OutOfRange(ValueError):
+    pass
+
+
+def _checked_int(literal: str) -> int:
+    value = int(literal)
+    if not -(2**63) <= value < 2**64:
+        raise _OutOfRange(literal)
+    return value
+
+
+def inexact_integer(raw: bytes) -> str | None:
+    """An integer literal in the JSON text ``raw`` beyond the 64-bit range (the first), or None.
+    orjson reads such a literal as a float, silently rounding it (2**70 comes back as
+    1.1805916207174113e+21): a caller's id or seed must be refused, not changed. A scan for 19
+    digits in a row (in C) finds the candidates; only then is the text parsed again, exactly."""
+    if not _LONG_DIGITS.search(raw):
+        return None
+    try:
+        json.loads(raw, parse_int=_checked_int)
+    except _OutOfRange as exc:
+        return str(exc)
+    except (ValueError, RecursionError):  # not this check's business: the caller's parser accepted the text
+        return None
+    return None

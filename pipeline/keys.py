@@ -141,6 +141,19 @@ RESULTS_TRIM_HELD = f"{PREFIX}:results:trim-held"
 RESULTS_BACKLOG = f"{PREFIX}:results:backlog"
 
 
+def results_handed(group: str) -> str:
+    """Hash: entry id -> times handed to the group's trainer without an ack (``max_deliveries``
+    counts these, not reads: an entry read ahead is not yet delivered). Deleted at the ack."""
+    return f"{PREFIX}:results:handed:{group}"
+
+
+def results_closed_tasks(group: str) -> str:
+    """Sorted set: task ids whose GRPO group a consumer group's ``iter_groups`` has yielded (score =
+    when), so a session of that task arriving after a consumer restart is dropped, not made a
+    second group. Trimmed to its TTL at every close."""
+    return f"{PREFIX}:results:closed:{group}"
+
+
 def results_delivered(group: str) -> str:
     """Sorted set: session ids a consumer group has acked (score = ack time), so de-duplication
     of a twice-published session survives a consumer restart. Trimmed to its TTL at every ack."""

@@ -27,7 +27,7 @@ from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
 from pipeline.callback_policy import refusal
 from pipeline.celery_app import make_app, stage_queues
-from pipeline.codec import nesting_depth_exceeds
+from pipeline.codec import inexact_integer, nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
 from pipeline.errors import TaskExists, TaskNotFound
@@ -215,6 +215,10 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         raise ApiError(400, "invalid_request", "request body must be a JSON object")
     if nesting_depth_exceeds(data, settings.max_json_depth):
         raise ApiError(400, "invalid_request", f"request body nests deeper than {settings.max_json_depth} levels")
+    big = inexact_integer(raw)
+    if big is not None:
+        raise ApiError(400, "invalid_request", f"the integer {big[:40]} is beyond the 64-bit range a JSON number "
+                       "keeps here (it would be rounded): send it as a string")
     try:
         task = TaskRequest.model_validate(data)
         if task.runtime.backend is None:  # the operator's default, checked like a named one

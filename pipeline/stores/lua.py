@@ -439,7 +439,8 @@ for i = 3, #ARGV do
   if row and row[2] == ARGV[2] then mine[#mine + 1] = ARGV[i] end
 end
 if #mine == 0 then return 0 end
-return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine), 'JUSTID')
+mine[#mine + 1] = 'JUSTID'  -- (unpack() expands to all its values only as the last argument)
+return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(mine))
 """)
 
 # --- tasks -----------------------------------------------------------------------------------

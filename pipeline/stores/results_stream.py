@@ -45,7 +45,7 @@ class StreamEntry:
     entry_id: str
     session_id: str  # "" when the entry names none and its blob does not decode
     blob: bytes  # b"" when the entry was trimmed away while pending
-    deliveries: int = 1  # times delivered to the group (XPENDING), this one included
+    deliveries: int = 1  # times handed to the group's trainer, this one included (``hand``)
 
     @cached_property
     def result(self) -> SessionResult:
@@ -164,7 +164,7 @@ class ResultsStream:
         resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
                                   count=count, block=None if pending else block_ms)
         entries = [e for _, got in (resp or []) for e in map(_entry, got) if e is not None]
-        return self.with_deliveries(group, entries) if pending else entries
+        return entries
 
     def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 100) -> list[StreamEntry]:
         """Take over entries another consumer read but has not acked for ``min_idle_ms`` (it
@@ -193,7 +193,7 @@ class ResultsStream:
             for i in missing:
                 pipe.xrange(self.stream, i, i)
             entries += [StreamEntry(i, "", b"") for i, rng in zip(missing, pipe.execute()) if not rng]
-        return self.with_deliveries(group, entries)
+        return entries
 
     def touch(self, group: str, consumer: str, entry_ids: list[str]) -> int:
         """Reset the idle time of the entries ``consumer`` still holds (alive: not to be claimed
@@ -204,27 +204,28 @@ class ResultsStream:
         return int(self._touch(keys=[self.stream], args=[group, consumer, *entry_ids]))
 
     def reclaim(self, group: str, consumer: str, entry_ids: list[str]) -> list[StreamEntry]:
-        """Deliver ``entry_ids`` again to ``consumer`` (a nack): XCLAIM counts the delivery."""
+        """Deliver ``entry_ids`` again to ``consumer`` (a nack; counted when handed over again)."""
         if not entry_ids:
             return []
         reply: Any = self._r.xclaim(self.stream, group, consumer, 0, list[Any](entry_ids))
-        return self.with_deliveries(group, [e for e in map(_entry, reply) if e is not None])
-
-    def with_deliveries(self, group: str, entries: list[StreamEntry]) -> list[StreamEntry]:
-        """``entries`` with their delivery counts from the group's pending list."""
-        if not entries:
-            return entries
-        pipe = self._r.pipeline(transaction=False)
-        for e in entries:
-            pipe.xpending_range(self.stream, group, min=e.entry_id, max=e.entry_id, count=1)
-        counts = {}
-        for rows in pipe.execute():
-            for row in rows:
-                counts[text(row["message_id"])] = int(row["times_delivered"])
-        return [StreamEntry(e.entry_id, e.session_id, e.blob, counts.get(e.entry_id, e.deliveries)) for e in entries]
+        return [e for e in map(_entry, reply) if e is not None]
 
     def ack(self, group: str, *entry_ids: str) -> int:
-        return int(self._r.xack(self.stream, group, *entry_ids)) if entry_ids else 0
+        if not entry_ids:
+            return 0
+        pipe = self._r.pipeline(transaction=False)
+        pipe.xack(self.stream, group, *entry_ids)
+        pipe.hdel(keys.results_handed(group), *entry_ids)
+        return int(pipe.execute()[0])
+
+    def hand(self, group: str, entry_id: str, keep_seconds: float) -> int:
+        """Count one hand-over of ``entry_id`` to the group's trainer; returns how many so far
+        (what ``max_deliveries`` is checked against; forgotten at its ack)."""
+        key = keys.results_handed(group)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hincrby(key, entry_id, 1)
+        pipe.expire(key, int(keep_seconds) + 1)
+        return int(pipe.execute()[0])
 
     def ack_delivered(self, group: str, entry_id: str, session_id: str, keep_seconds: float) -> None:
         """Ack an entry the consumer has safely taken, remembering its session for
@@ -237,7 +238,20 @@ class ResultsStream:
             pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
             pipe.expire(key, int(keep_seconds) + 1)
         pipe.xack(self.stream, group, entry_id)
+        pipe.hdel(keys.results_handed(group), entry_id)
         pipe.execute()
+
+    def close_task(self, group: str, task_id: str, keep_seconds: float) -> None:
+        """Remember that ``group`` has taken ``task_id``'s whole GRPO group (``iter_groups``)."""
+        key, now = keys.results_closed_tasks(group), time.time()
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zadd(key, {task_id: now})
+        pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
+        pipe.expire(key, int(keep_seconds) + 1)
+        pipe.execute()
+
+    def task_closed(self, group: str, task_id: str) -> bool:
+        return self._r.zscore(keys.results_closed_tasks(group), task_id) is not None
 
     def delivered(self, group: str, session_ids: list[str]) -> set[str]:
         """Which of ``session_ids`` this group has already acked (within the kept window)."""
@@ -253,7 +267,7 @@ class ResultsStream:
             "entry_id": entry.entry_id, "session_id": entry.session_id, "data": entry.blob, "group": group,
             "consumer": consumer, "deliveries": str(entry.deliveries), "reason": reason,
             "at": repr(time.time())}, maxlen=self.maxlen, approximate=True))
-        self._r.xack(self.stream, group, entry.entry_id)
+        self.ack(group, entry.entry_id)
         log.error("results stream: entry %s (session %s) dead-lettered by %s/%s after %d deliveries: %s",
                   entry.entry_id, entry.session_id or "?", group, consumer, entry.deliveries, reason)
         return dead

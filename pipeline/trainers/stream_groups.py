@@ -2,14 +2,25 @@
 ``Group`` once all its sessions are in -- or as soon as ``early_stop_min_usable_sessions`` of
 them are usable (the task's own setting, or ``min_usable`` here), not waiting for the rest,
 which the server cancels (server-side early stop) and which are acked and dropped when they
-arrive. Entries are acked after the consumer has taken the group (the loop body ran): a trainer
-that dies holding a group gets its sessions again from the stream."""
+arrive, also after a restart (the closed tasks are kept in Redis).
+
+Acks: a group's entries are acked once the loop has taken it -- when it asks for the next group,
+or leaves the loop (``break``, ``return``, an exception in its body). A process that dies holding
+a group (kill -9, OOM) acked nothing of it: the group comes again from the stream.
+
+One consumer per consumer group: a consumer group spreads its entries over its consumers, so
+two consumers of one group would each hold part of a task's sessions and neither could close
+it. Give each trainer process its own consumer group (and expect each to see every group).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator
 
 from pipeline.trainers.groups import Group, usable
+
+log = logging.getLogger("polar.trainers")
 
 CLOSED_KEPT = 100_000  # a session can only arrive late for a recent group
 
@@ -23,20 +34,49 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
     for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after):
         result = item.result
         task_id = result.task_id
+        if task_id not in closed and task_id not in sizes and not _size_known(client, group, task_id, min_usable, sizes):
+            _close(closed, task_id)
         if task_id in closed:
             item.ack()
             continue
-        if task_id not in sizes:
-            status = client.status(task_id, results=False)
-            sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions)
         held.setdefault(task_id, []).append(item)
         usable_count[task_id] = usable_count.get(task_id, 0) + usable(result)
         total, enough = sizes[task_id]
         if len(held[task_id]) >= total or (enough and usable_count[task_id] >= enough):
-            yield Group(task_id, [d.result for d in held[task_id]], total)
-            for delivery in held.pop(task_id):
-                delivery.ack()
+            taken = held.pop(task_id)
             usable_count.pop(task_id)
-            closed[task_id] = None
-            if len(closed) > CLOSED_KEPT:
-                del closed[next(iter(closed))]
+            sizes.pop(task_id)
+            _close(closed, task_id)
+            try:
+                yield Group(task_id, [d.result for d in taken], total)
+            finally:  # the loop took it: asking for more, or leaving the loop
+                client.close_task(group, task_id)
+                for delivery in taken:
+                    delivery.ack()
+    if held:
+        log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
+                    "hold their other sessions): %s", group, consumer,
+                    {t: f"{len(d)}/{sizes[t][0]}" for t, d in held.items()})
+
+
+def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
+                sizes: dict[str, tuple[int, int | None]]) -> bool:
+    """Learn a task's group size; False when its group is closed already (taken before a restart)
+    or the task is gone from the API (its records expired: nothing to group it by)."""
+    if client.task_closed(group, task_id):
+        return False
+    try:
+        status = client.status(task_id, results=False)
+    except Exception as exc:  # RolloutError 404, without importing the client here
+        if getattr(exc, "status", None) != 404:
+            raise
+        log.warning("iter_groups: task %s is unknown to the API (expired?): its results are dropped", task_id)
+        return False
+    sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions)
+    return True
+
+
+def _close(closed: dict[str, None], task_id: str) -> None:
+    closed[task_id] = None
+    if len(closed) > CLOSED_KEPT:
+        del closed[next(iter(closed))]

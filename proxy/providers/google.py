@@ -46,7 +46,7 @@ NAME = "google"
 # method is what follows the last ":".
 _CALL = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/(?P<model>.+):"
                    r"(?P<method>generateContent|streamGenerateContent|countTokens)$")
-_MODELS = re.compile(r"^/(?:v1beta|v1alpha)/models(?:/(?P<model>.+))?$")
+_MODELS = re.compile(r"^/(?:v1beta|v1alpha)/models(?:/(?P<model>[^:]+))?$")
 _OWN_PATH = re.compile(r"^/(?:v1beta|v1alpha)(?:/|$)|^/v1/models/.+:")  # Gemini's, served here or not
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",

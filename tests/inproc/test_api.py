@@ -275,3 +275,19 @@ def test_what_would_fail_only_at_run_time_is_refused_at_submit(client, stores, c
     fields = [f["field"] for f in info.value.body["error"]["fields"]]
     assert any(f == field or f.startswith(field + ".") for f in fields), fields
     assert not stores.tasks.exists("t-late")
+
+
+@pytest.mark.parametrize("literal", [str(2**70), str(-(2**63) - 1), str(2**64)])
+def test_an_integer_beyond_64_bits_is_refused_not_rounded(api, stores, literal):
+    """orjson reads 2**70 as a float (1.18e21): a metadata id or seed came back changed. Now a 400
+    naming it; within the range (and as a string, or in a string) it is kept exactly."""
+    raw = b'{"task_id": "big", "instruction": "x", "agent": {"custom_shell": "true"}, "metadata": {"n": %s}}'
+    resp = api.test_client().post("/rollout/task/submit", data=raw % literal.encode(), content_type="application/json")
+    assert resp.status_code == 400 and literal in resp.get_json()["error"]["message"]
+    assert not stores.tasks.exists("big")
+    kept = b'{"task_id": "ok", "instruction": "x %s", "agent": {"custom_shell": "true"}, "metadata": {"n": %d, "s": "%s"}}'
+    resp = api.test_client().post("/rollout/task/submit", data=kept % (literal.encode(), 2**64 - 1, literal.encode()),
+                                  content_type="application/json")
+    assert resp.status_code == 200, resp.get_json()
+    status = api.test_client().get("/rollout/task/ok").get_json()
+    assert status["metadata"] == {"n": 2**64 - 1, "s": literal}

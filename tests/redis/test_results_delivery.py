@@ -43,7 +43,7 @@ def test_a_consumer_that_crashes_and_restarts_loses_nothing_and_trains_nothing_t
         again.append((item.result.session_id, item.deliveries))
         item.ack()
     # Its unacked entries first (s3 came in the crashed run's batch too), then new ones; s0 not again.
-    assert again == [("s2", 2), ("s3", 2), ("s4", 1)]
+    assert again == [("s2", 2), ("s3", 1), ("s4", 1)]  # s3 was read ahead, never handed over
     assert sorted(acked + [s for s, _ in again]) == ["s0", "s1", "s2", "s3", "s4"]
     assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0 and stream.stats()["dead_letters"] == 0
 
@@ -183,3 +183,84 @@ def test_without_a_consumer_group_the_cap_applies_as_before(r):
     stream = ResultsStream(r, maxlen=10)
     publish(stream, *[f"s{i}" for i in range(3 * TRIM_SLACK)])
     assert r.xlen(keys.RESULTS_STREAM) <= 10 + TRIM_SLACK and stream.stats()["trims_held_back"] == 0
+
+
+def test_entries_read_ahead_by_a_live_consumer_are_not_claimed_by_another(r, redis_url):
+    """A consumer reads a batch of 10 and spends longer than claim_idle_ms on the first (a
+    training step): the other nine, read ahead but not yet handed over, stay its own -- another
+    consumer of the group claims nothing, and every session is delivered once."""
+    import threading
+
+    stream = ResultsStream(r)
+    sids = [f"r{i}" for i in range(10)]
+    publish(stream, *sids)
+    slow = client(redis_url).results(group="g", consumer="slow", block_ms=50, count=10, claim_idle_ms=300)
+    first = next(slow)
+    other: list[str] = []
+
+    def rival():
+        for item in client(redis_url).results(group="g", consumer="rival", block_ms=50, claim_idle_ms=300,
+                                              stop_after=1.5):
+            other.append(item.result.session_id)
+            item.ack()
+
+    t = threading.Thread(target=rival)
+    t.start()
+    t.join(30)
+    assert other == []  # nothing claimed from a live consumer
+    first.ack()
+    got = [first.result.session_id]
+    for item in slow:
+        got.append(item.result.session_id)
+        item.ack()
+        if len(got) == 10:
+            break
+    slow.close()
+    assert got == sids and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_only_the_entry_a_consumer_keeps_dying_on_is_dead_lettered_not_the_batch_read_with_it(r, redis_url):
+    stream = ResultsStream(r)
+    publish(stream, *[f"c{i}" for i in range(6)])
+    for attempt in range(3):  # each run reads the whole batch, takes c0 and dies holding it
+        it = client(redis_url, max_deliveries=3).results(group="g", consumer="c", block_ms=50)
+        assert next(it).result.session_id == "c0"
+        it.close()
+    got = []
+    for item in client(redis_url, max_deliveries=3).results(group="g", consumer="c", block_ms=50, stop_after=0.3):
+        got.append((item.result.session_id, item.deliveries))
+        item.ack()
+    assert got == [(f"c{i}", 1) for i in range(1, 6)]
+    assert [d["session_id"] for d in stream.dead_letters()] == ["c0"]
+
+
+def test_an_entry_the_trainer_holds_is_never_dead_lettered_by_reconnects(r, redis_url):
+    """Each reconnect re-reads the consumer's pending entries (XREADGROUP 0 counts a delivery in
+    Redis): the one still in the trainer's hands is neither yielded again nor dead-lettered."""
+    import threading
+
+    stream = ResultsStream(r)
+    publish(stream, "held", "next")
+    it = client(redis_url, max_deliveries=2, redis_patience="quick").results(group="g", consumer="c",
+                                                                             block_ms=100, stop_after=4)
+    held = next(it)
+    assert held.result.session_id == "held"
+    stop = threading.Event()
+
+    def kill_reader():
+        while not stop.wait(0.3):
+            for c in r.client_list():
+                if c.get("cmd", "").startswith("xreadgroup"):
+                    r.client_kill_filter(_id=c["id"])
+
+    killer = threading.Thread(target=kill_reader, daemon=True)
+    killer.start()
+    rest = []
+    for item in it:
+        rest.append(item.result.session_id)
+        item.ack()
+    stop.set()
+    killer.join(5)
+    held.ack()
+    assert rest == ["next"] and stream.dead_letters() == []
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0

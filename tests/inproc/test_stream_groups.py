@@ -1,0 +1,100 @@
+"""trainers.stream_groups.iter_groups over a real Redis stream and the in-process API: when a
+group's entries are acked, and what survives a consumer restart; and the client's wait()."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+
+from pipeline import keys
+from pipeline.api.app import create_app
+from pipeline.client import RolloutClient
+from pipeline.schemas import SessionResult, TokenLogprob, Trace, Trajectory
+from pipeline.settings import Settings
+from pipeline.status import SessionStatus
+from pipeline.stores.results_stream import ResultsStream
+from pipeline.trainers.stream_groups import iter_groups
+
+
+@pytest.fixture
+def client(r, redis_url, tmp_path):
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url))
+    return RolloutClient("http://api.test", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
+
+
+def submit(client, task_id: str, n: int, **extra) -> str:
+    return client.submit({"task_id": task_id, "instruction": "x", "num_samples": n,
+                          "agent": {"custom_shell": "true"}, **extra})
+
+
+def publish(r, task_id: str, *sids: str, reward: float = 1.0) -> None:
+    for sid in sids:
+        trace = Trace(prompt_ids=[1, 2], response_ids=[3], loss_mask=[1.0],
+                      response_logprobs=[TokenLogprob(token_id=3, logprob=-0.5)], reward=reward)
+        ResultsStream(r).publish_once(SessionResult(session_id=sid, task_id=task_id, status=SessionStatus.COMPLETED,
+                                                    reward=reward, trajectory=Trajectory(traces=[trace])))
+
+
+def groups(client, **kw):
+    return iter_groups(client, group="g", consumer="c", block_ms=50, stop_after=0.3, **kw)
+
+
+def test_a_loop_that_breaks_on_a_group_has_taken_it(client, r):
+    """``for g in iter_groups(...): batch.append(g); if full: break`` -- the natural batching
+    loop: the group it broke on is acked with the others, not delivered again next time."""
+    submit(client, "t1", 2)
+    submit(client, "t2", 2)
+    publish(r, "t1", "a0", "a1")
+    publish(r, "t2", "b0", "b1")
+    batch = []
+    for g in groups(client):
+        batch.append(g.task_id)
+        if len(batch) == 2:
+            break
+    assert batch == ["t1", "t2"]
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+    assert [g.task_id for g in groups(client)] == []  # the next run: nothing again
+
+
+def test_a_group_closed_before_a_restart_is_not_made_again_from_late_sessions(client, r):
+    """Early stop: the group closes at its first usable session; a session of the same task that
+    was already past RUN completes later -- after the trainer restarted: dropped, not a second
+    group of one."""
+    submit(client, "es", 4, early_stop_min_usable_sessions=1)
+    publish(r, "es", "e0")
+    first = groups(client)
+    assert [(g.task_id, len(g.results)) for g in first] == [("es", 1)]
+    publish(r, "es", "e1")  # arrives while no consumer runs
+    assert list(groups(client)) == []  # a new process
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_results_of_a_task_the_api_no_longer_knows_are_dropped_not_fatal(client, r, caplog):
+    submit(client, "known", 1)
+    publish(r, "expired", "x0")
+    publish(r, "known", "k0")
+    with caplog.at_level(logging.WARNING, logger="polar.trainers"):
+        assert [g.task_id for g in groups(client)] == ["known"]
+    assert "task expired is unknown to the API" in caplog.text
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_stopping_with_an_incomplete_group_says_so_and_keeps_it_unacked(client, r, caplog):
+    submit(client, "part", 3)
+    publish(r, "part", "p0", "p1")
+    with caplog.at_level(logging.WARNING, logger="polar.trainers"):
+        assert list(groups(client)) == []
+    assert "'part': '2/3'" in caplog.text
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 2  # delivered again to this consumer
+
+
+def test_wait_gives_up_at_its_timeout_not_a_poll_later(client):
+    import time
+
+    submit(client, "slowpoke", 1)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        client.wait("slowpoke", timeout=0.3, poll_seconds=30)
+    assert time.monotonic() - t0 < 10  # the old loop slept a whole poll (30 s) past its timeout
