@@ -264,3 +264,15 @@ def test_an_entry_the_trainer_holds_is_never_dead_lettered_by_reconnects(r, redi
     held.ack()
     assert rest == ["next"] and stream.dead_letters() == []
     assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_a_duplicate_in_the_same_batch_as_its_acked_original_is_skipped(r, redis_url):
+    stream = ResultsStream(r)
+    publish(stream, "dup")
+    r.delete(keys.session_published("dup"))  # a crash between XADD and the marker: published twice
+    publish(stream, "dup", "other")
+    got = []
+    for item in client(redis_url).results(group="g", consumer="c", block_ms=50, count=16, stop_after=0.3):
+        got.append(item.result.session_id)
+        item.ack()  # acked before the batch's next entry, the duplicate, comes up
+    assert got == ["dup", "other"] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
