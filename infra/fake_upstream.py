@@ -15,6 +15,7 @@ without any model, so it is never the bottleneck. Behaviour is chosen by the req
     slowfail-<ms>        a 500 after <ms> milliseconds
     no-ids               an answer without token ids (a server too old for capture)
     close                the connection is closed without an answer
+    abort                an answer cut by the engine (finish_reason "abort": it aborted the request)
 
 Prompt ids grow with the request (one id per 4 bytes of messages) so large prompts cost what
 they would cost to record.
@@ -74,6 +75,8 @@ def _completion(body: dict[str, Any], raw: bytes, model: str) -> dict[str, Any]:
                    "tool_calls": [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
                                    "function": {"name": name, "arguments": "{}"}}]}
         finish = "tool_calls"
+    if model == "abort":
+        finish = "abort"
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "stop_reason": None}
     n_prompt = max(1, len(raw) // 4)
     out: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",

@@ -207,6 +207,9 @@ class Gateway:
             except upstream.CaptureError as exc:
                 raise UpstreamError(str(exc)) from None
             turn = turn_from_chat(raw, parsed.model)
+            if turn.finish_reason == "abort":  # vLLM's: the engine gave up mid-answer (shutdown, an error)
+                raise UpstreamError("the inference server aborted the request before its answer was complete "
+                                    "(finish_reason 'abort')")
             sampled = assistant_message(turn)
             completion_id = new_completion_id()
             record = build_record(

@@ -139,6 +139,15 @@ def _string(block: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
+def _search_result_text(block: dict[str, Any], where: str) -> str:
+    """A search result block (RAG with citations) as the model reads it: title, source, text."""
+    content = block.get("content")
+    if not isinstance(content, list) or not all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+        raise BadRequest(f"{where}.content: a search_result holds a list of text blocks", param=f"{where}.content")
+    head = [v for v in (block.get("title"), block.get("source")) if isinstance(v, str) and v]
+    return "\n".join(head + [_string(b, "text", where) for b in content])
+
+
 def _user_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
     kind = block.get("type")
     if kind == "text":
@@ -147,6 +156,8 @@ def _user_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
         return _image_part(block, where)
     if kind == "document" and (block.get("source") or {}).get("type") == "text":
         return {"type": "text", "text": block["source"].get("data", "")}
+    if kind == "search_result":
+        return {"type": "text", "text": _search_result_text(block, where)}
     if kind in ("thinking", "redacted_thinking"):
         return None
     raise UnsupportedFeature(f"{where}: content block type {kind!r} is not supported", param=where)
@@ -187,9 +198,10 @@ def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str,
     content = block.get("content")
     if content is None or isinstance(content, str):
         return content or "", []
-    blocks = _blocks(content, where)
-    images = [_image_part(b, where) for b in blocks if b.get("type") == "image"]
-    return text_of(b for b in blocks if b.get("type") == "text"), images
+    # Every block read as in a user message (text documents and search results as text, images
+    # shown after the tool messages); one the engine cannot take is refused, never dropped.
+    parts = [p for j, b in enumerate(_blocks(content, where)) if (p := _user_part(b, f"{where}.content.{j}"))]
+    return text_of(p for p in parts if p["type"] == "text"), [p for p in parts if p["type"] == "image_url"]
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:

@@ -136,6 +136,11 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
         return {"type": "text"}
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
         raise BadRequest("text.format.type must be text, json_object or json_schema", param="text.format")
+    if fmt["type"] == "json_schema":  # as OpenAI answers: a schema without its name or body is the client's 400
+        if not isinstance(fmt.get("name"), str) or not fmt["name"]:
+            raise BadRequest("Missing required parameter: 'text.format.name'.", param="text.format.name")
+        if not isinstance(fmt.get("schema"), dict):
+            raise BadRequest("Missing required parameter: 'text.format.schema'.", param="text.format.schema")
     return fmt
 
 

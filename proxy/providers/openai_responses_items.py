@@ -138,11 +138,20 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
             reasoning.clear()
         return open_assistant
 
+    tool_images: list[dict[str, Any]] = []  # images of the tool outputs just read
+
+    def show_tool_images() -> None:
+        if tool_images:
+            out.append({"role": "user", "content": list(tool_images)})
+            tool_images.clear()
+
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise BadRequest(f"{where} must be an object", param=where)
         kind = item.get("type") or ("message" if "role" in item else None)
+        if kind not in ("function_call_output", "custom_tool_call_output"):
+            show_tool_images()
         if kind == "message":
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
@@ -172,12 +181,18 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
             if output is not None and not isinstance(output, (str, list)):
                 raise BadRequest(f"{where}.output must be a string or an array of content parts",
                                  param=f"{where}.output")
+            # Parts read as a user message's (a file refused, never dropped); chat tool messages
+            # cannot hold images: they follow the run of tool messages.
+            parts = _parts(output, f"{where}.output") if isinstance(output, list) else []
             out.append({"role": "tool", "tool_call_id": item["call_id"],
-                        "content": output if isinstance(output, str) else text_of(output or [])})
+                        "content": output if isinstance(output, str) else text_of(p for p in parts if p["type"] == "text")})
+            tool_images += [p for p in parts if p["type"] == "image_url"]
+            continue
         elif kind == "reasoning":
             reasoning.append(_reasoning_text(item))
         else:
             raise UnsupportedFeature(f"{where}: input item type {kind!r} is not supported", param=f"{where}.type")
+    show_tool_images()
     return out
 
 

@@ -38,7 +38,7 @@ def test_success_through_every_provider(proxy_app, redis_url, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("model, status", [("reject-422", 422), ("fail-500", 502), ("no-ids", 502)])
+@pytest.mark.parametrize("model, status", [("reject-422", 422), ("fail-500", 502), ("no-ids", 502), ("abort", 502)])
 def test_upstream_failures_in_the_callers_format(proxy_app, redis_url, kind, model, status):
     key = running_session(redis_url)
     with pytest.raises(Exception) as info:
@@ -53,6 +53,8 @@ def test_upstream_failures_in_the_callers_format(proxy_app, redis_url, kind, mod
         assert isinstance(err, openai.APIStatusError) and "message" in err.body
     if model == "no-ids":
         assert "return_token_ids" in str(err)
+    if model == "abort":  # a cut answer is not passed off as a finished one
+        assert "aborted the request" in str(err)
     done, errors = records(redis_url, key)
     assert done == [] and len(errors) == 1 and errors[0]["status_code"] == status
 

@@ -378,3 +378,38 @@ def test_gemini_response_validates_with_the_sdk():
 def test_gemini_bad_requests(body):
     with pytest.raises(BadRequest):
         G.parse(body, path_model="m")
+
+
+def _tool_result_turn(content):
+    return anthropic_body(tools=[TOOL], messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content}]}])
+
+
+def test_anthropic_tool_results_keep_every_block_the_harness_sent():
+    """Documents and search results inside a tool result reach the prompt as text (they were
+    dropped, the recorded prompt differing from what the agent sent); a block the engine cannot
+    take is refused."""
+    chat = A.parse(_tool_result_turn([
+        {"type": "text", "text": "head"},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "DOC TEXT"}},
+        {"type": "search_result", "source": "https://x/doc", "title": "Doc", "content": [{"type": "text", "text": "hit"}]},
+    ])).chat
+    assert chat["messages"][2] == {"role": "tool", "tool_call_id": "t1", "content": "headDOC TEXTDoc\nhttps://x/doc\nhit"}
+    with pytest.raises(UnsupportedFeature, match="messages.2.content.0.content.0"):
+        A.parse(_tool_result_turn([{"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                                      "data": "JVBERi0="}}]))
+    with pytest.raises(BadRequest, match="search_result"):
+        A.parse(_tool_result_turn([{"type": "search_result", "source": "s", "title": "t", "content": "bare"}]))
+
+
+@pytest.mark.parametrize("fmt, missing", [({"type": "json_schema", "schema": {"type": "object"}}, "text.format.name"),
+                                          ({"type": "json_schema", "name": "out"}, "text.format.schema")])
+def test_responses_json_schema_format_needs_its_name_and_schema(fmt, missing):
+    with pytest.raises(BadRequest) as info:
+        PROVIDERS["openai_responses"].parse({"model": "m", "input": "hi", "text": {"format": fmt}})
+    assert info.value.param == missing
+    ok = PROVIDERS["openai_responses"].parse({"model": "m", "input": "hi", "text": {"format": {
+        "type": "json_schema", "name": "out", "schema": {"type": "object"}}}}).chat
+    assert ok["response_format"]["json_schema"] == {"name": "out", "schema": {"type": "object"}}

@@ -75,3 +75,24 @@ def test_bad_page_queries_are_the_clients_400(query):
     with pytest.raises(BadRequest) as info:
         items.page([{"id": "a"}], query)
     assert info.value.param == next(iter(query))
+
+
+def test_function_call_output_parts_are_kept_or_refused_never_dropped():
+    """An output of parts: its text is the tool message, its images follow the run of tool
+    messages as a user message (chat tool messages hold text), a file is refused."""
+    from proxy.errors import UnsupportedFeature
+
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    call2 = {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}
+    out = items.to_messages([
+        {"role": "user", "content": "hi"}, call, call2,
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_text", "text": "IMG:"}, {"type": "input_image", "image_url": "data:image/png;base64,AA"}]},
+        {"type": "function_call_output", "call_id": "c2", "output": "plain"},
+        {"role": "user", "content": "next"}])
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user", "user"]
+    assert out[2]["content"] == "IMG:" and out[3]["content"] == "plain"
+    assert out[4]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]
+    with pytest.raises(UnsupportedFeature, match="input_file"):
+        items.to_messages([call, {"type": "function_call_output", "call_id": "c1",
+                                  "output": [{"type": "input_file", "file_data": "JVBERi0="}]}])
