@@ -15,10 +15,21 @@ from typing import Any
 
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
+from infra.http_errors import error_response
 from proxy.hot_redis import send_all
 
 
 class OneWriteHandler(PyWSGIHandler):
+    def handle_one_request(self) -> Any:
+        """gevent's, with its answer to an unparseable request (an empty 400 or 414) in JSON."""
+        result = super().handle_one_request()
+        if isinstance(result, tuple) and str(result[0]) in ("400", "414"):
+            code = int(result[0])
+            why = ("the request line is longer than 8192 bytes" if code == 414
+                   else "the request could not be parsed as HTTP/1.1")
+            return result[0], error_response(code, why)
+        return result
+
     def _write_with_headers(self, data: Any) -> None:  # gevent.pywsgi.WSGIHandler's, with one send
         self.headers_sent = True
         self.finalize_headers()

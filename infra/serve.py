@@ -37,9 +37,9 @@ class _App(BaseApplication):
 PROFILES: dict[str, dict[str, Any]] = {
     "proxy": {"worker_class": "infra.gevent_worker.OneWritePyWSGIWorker", "workers": 2, "worker_connections": 2000,
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
-    "api": {"worker_class": "gthread", "workers": 1, "threads": 16, "timeout": 120,
+    "api": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 16, "timeout": 120,
             "graceful_timeout": 5},
-    "model": {"worker_class": "gthread", "workers": 1, "threads": 8, "timeout": 0,
+    "model": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 8, "timeout": 0,
               "graceful_timeout": 5},
 }
 

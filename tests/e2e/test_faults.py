@@ -157,3 +157,32 @@ def test_an_agent_outliving_its_stop_samples_nothing_after_its_budget(client, de
                    if p.is_file())
     assert "first call answered" in said and "second call refused: 403" in said and "time budget" in said, said
     assert len(result.trajectory.traces) == 1  # per_request: one trace per admitted call
+
+
+def _raw_request(url: str, line: bytes) -> tuple[int, dict]:
+    """Send one raw HTTP/1.1 request line to the server at ``url``; its status and JSON body."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(line + b"\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"application/json" in head.lower(), head
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("service", ["api", "proxy", "model"])
+def test_an_unparseable_request_is_answered_in_json_by_every_server(stack, service):
+    """A request line over the servers' limit (a 10 kB task id in a URL) or a malformed one:
+    gunicorn's HTML page (the API, the model server) and gevent's empty body (the proxy) are
+    JSON now, readable by the SDKs and the rollout client alike."""
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url, "model": stack.settings.upstream_url}[service]
+    status, body = _raw_request(url, b"GET /rollout/task/" + b"x" * 10_000 + b" HTTP/1.1")
+    assert status == 414 and body["error"]["code"] == 414 and body["error"]["message"]
+    status, body = _raw_request(url, b"NOT A REQUEST LINE")
+    assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"

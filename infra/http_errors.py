@@ -1,0 +1,46 @@
+"""What the HTTP servers answer for a request they cannot parse (an over-long request line or
+header, a malformed request line): JSON, as every answer of the app behind them, instead of
+gunicorn's HTML page (gthread: the API, the reference model) or gevent's empty body (the proxy).
+
+The body holds the fields each caller's SDK reads from an error: ``error.message`` and
+``error.type`` (OpenAI, the rollout API), the top-level ``type: "error"`` (Anthropic),
+``error.code`` and ``error.status`` (Gemini). The request was never parsed, so its API is unknown:
+one body serves them all.
+"""
+
+from __future__ import annotations
+
+import orjson
+from gunicorn.workers.gthread import ThreadWorker
+
+_STATUS = {400: ("Bad Request", "INVALID_ARGUMENT"), 414: ("URI Too Long", "INVALID_ARGUMENT"),
+           431: ("Request Header Fields Too Large", "INVALID_ARGUMENT"), 417: ("Expectation Failed", "FAILED_PRECONDITION"),
+           403: ("Forbidden", "PERMISSION_DENIED"), 500: ("Internal Server Error", "INTERNAL"),
+           501: ("Not Implemented", "UNIMPLEMENTED")}
+
+
+def error_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response closing the connection (the request's framing is unknown)."""
+    reason, grpc_status = _STATUS.get(status, ("Bad Request", "INVALID_ARGUMENT"))
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    body = orjson.dumps({"type": "error", "error": {"type": kind, "message": message, "code": status,
+                                                    "status": grpc_status}})
+    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+def _write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:  # gunicorn.util.write_error's place
+    from gunicorn.util import write_nonblock
+
+    write_nonblock(sock, error_response(status_int, mesg or reason))
+
+
+class JsonErrorThreadWorker(ThreadWorker):
+    """gunicorn's gthread worker, answering unparseable requests in JSON (``error_response``)."""
+
+    def init_process(self) -> None:
+        from gunicorn import util
+
+        util.write_error = _write_json_error  # this worker process serves one app: patched for it alone
+        super().init_process()
