@@ -6,9 +6,10 @@ allowed.
 Hosts are compared as the resolver reads them: ``127.1``, ``2130706433``, ``0x7f.0.0.1``,
 ``[::ffff:127.0.0.1]`` and ``0.0.0.0`` all reach this machine's loopback, so they are all
 "loopback". At delivery the callback stage also hands in what the name resolves to
-(``resolved``): a name that resolves to this machine's loopback is judged as loopback. (Between
-that check and the connection a name could resolve again differently; ``POLAR_CALLBACK_ALLOWED_HOSTS``
-is the strict setting.)
+(``resolved``): a name that resolves to this machine's loopback is judged as loopback, and the
+POST is then sent to those judged addresses, not to a second lookup (``workers/stages/callback.py``:
+a name cannot answer the check with one address and the connection with another).
+``POLAR_CALLBACK_ALLOWED_HOSTS`` is the strict setting.
 """
 
 from __future__ import annotations

@@ -110,3 +110,31 @@ def test_a_delivery_whose_worker_died_mid_post_is_sent_again_by_the_reaper(d, re
     assert sent == [tid]
     assert callback.deliver(d, tid)["delivered"]  # the resent task delivers, same key
     assert len(receiver.delivered_once()) == 1
+
+
+def test_the_post_goes_to_the_addresses_the_policy_judged_not_a_second_lookup(d, receiver, monkeypatch):
+    """DNS rebinding: a name may answer the check with one address and the connection a moment
+    later with another (this service's own). The POST is pinned to the checked addresses -- here
+    a name no resolver knows, whose checked address is the receiver's -- and keeps its Host."""
+    port = receiver.url.split(":")[2].split("/")[0]
+    judged: list[str] = []
+
+    def resolve(url):
+        judged.append(url)
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(callback, "_resolve", resolve)
+    record = callback.deliver(d, finished_task(d, f"http://rebind.invalid:{port}/callback", "t-pinned"))
+    assert record["state"] == "delivered" and any("rebind.invalid" in u for u in judged)
+    [(headers, _)] = receiver.posts
+    assert headers["host"] == f"rebind.invalid:{port}"
+
+
+def test_pinned_delivery_tries_the_next_judged_address_when_one_refuses(d, receiver, monkeypatch):
+    port = receiver.url.split(":")[2].split("/")[0]
+    monkeypatch.setattr(callback, "_resolve", lambda url: ["127.0.0.3", "127.0.0.1"] if "multi" in url else [])
+    with socket.socket() as probe:  # 127.0.0.3:<port> refuses (nothing listens there)
+        if probe.connect_ex(("127.0.0.3", int(port))) == 0:
+            pytest.skip("something listens on 127.0.0.3 here")
+    record = callback.deliver(d, finished_task(d, f"http://multi.invalid:{port}/callback", "t-multi"))
+    assert record["state"] == "delivered" and len(receiver.posts) == 1

@@ -10,7 +10,7 @@ import socket
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -157,7 +157,8 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     request = d.stores.tasks.request(task_id)
     url = str(request.callback_url)
     info: dict[str, Any] = {"last_attempt_at": time.time()}
-    why = refusal(url, d.settings, resolved=_resolve(url), own_resolved=_own_addresses(d), delivering=True)
+    addresses = _resolve(url)
+    why = refusal(url, d.settings, resolved=addresses, own_resolved=_own_addresses(d), delivering=True)
     if why:
         outbox.finish(task_id, "refused", {**info, "last_error": why})
         log.warning("task %s callback refused: %s", task_id, why)
@@ -165,8 +166,7 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     body = orjson.dumps(d.stores.tasks.status(task_id, include_results=True).model_dump(mode="json"))
     retry = False
     try:
-        resp = httpx.post(url, content=body, headers=_headers(d, task_id, attempt, body),
-                          timeout=CALLBACK_TIMEOUT_SECONDS)
+        resp = _post_pinned(url, addresses, content=body, headers=_headers(d, task_id, attempt, body))
         info["status_code"] = resp.status_code
         # A 4xx other than 408/429 is the receiver refusing it: retrying will not help.
         retry = resp.status_code >= 500 or resp.status_code in (408, 429)
@@ -183,6 +183,34 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     record = outbox.record(task_id)
     log.log(logging.INFO if ended == "delivered" else logging.WARNING, "task %s callback: %s", task_id, record)
     return record
+
+
+def _post_pinned(url: str, addresses: list[str], *, content: bytes, headers: dict[str, str]) -> httpx.Response:
+    """POST to the addresses the policy judged, not to whatever the name resolves to a moment
+    later (DNS rebinding: a name that answered with a public address for the check, then with
+    this service's own). The URL's host stays in the Host header and, over TLS, in SNI and the
+    certificate check; the addresses are tried in order while they refuse the connection."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    pinnable = [a for a in addresses if "%" not in a]  # (a zoned IPv6 address cannot be a URL host as is)
+    if not pinnable or host.strip("[]") in pinnable:
+        pinnable = [""]  # an IP literal (or nothing resolved): the URL as it is
+    userinfo = parts.netloc.rpartition("@")[0]
+    last: httpx.ConnectError | None = None
+    with httpx.Client(timeout=CALLBACK_TIMEOUT_SECONDS) as client:
+        for address in pinnable:
+            target, sent = url, headers
+            if address:
+                netloc = (f"[{address}]" if ":" in address else address) + (f":{parts.port}" if parts.port else "")
+                target = urlunsplit(parts._replace(netloc=f"{userinfo}@{netloc}" if userinfo else netloc))
+                sent = {**headers, "host": parts.netloc.rpartition("@")[2]}
+            try:
+                return client.post(target, content=content, headers=sent,
+                                   extensions={"sni_hostname": host} if parts.scheme == "https" and address else {})
+            except httpx.ConnectError as exc:
+                last = exc
+    assert last is not None
+    raise last
 
 
 def _resolve(url: str) -> list[str]:
