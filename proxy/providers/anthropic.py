@@ -62,6 +62,7 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
             raise BadRequest(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
         chat["messages"].extend(_message(m, i))
+    _check_tool_results(messages)
     if messages[-1].get("role") == "assistant":  # prefill: continue the given assistant text
         chat["continue_final_message"], chat["add_generation_prompt"] = True, False
     max_tokens = opt_int(body, "max_tokens", minimum=1)
@@ -190,6 +191,23 @@ def _message(m: dict[str, Any], i: int) -> list[dict[str, Any]]:
     if parts:
         out.append({"role": "user", "content": parts})
     return out
+
+
+def _check_tool_results(messages: list[dict[str, Any]]) -> None:
+    """As Anthropic answers it: every tool_result answers a tool_use of the message just before
+    (an orphan would reach the engine as a tool message answering no call)."""
+    asked: set[Any] = set()
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        if m.get("role") == "user":
+            for j, b in enumerate(blocks):
+                if b.get("type") == "tool_result" and b.get("tool_use_id") not in asked:
+                    raise BadRequest(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                                     f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                                     "corresponding `tool_use` block in the previous message.",
+                                     param=f"messages.{i}.content.{j}")
+        asked = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
 
 
 def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str, Any]]]:

@@ -413,3 +413,21 @@ def test_responses_json_schema_format_needs_its_name_and_schema(fmt, missing):
     ok = PROVIDERS["openai_responses"].parse({"model": "m", "input": "hi", "text": {"format": {
         "type": "json_schema", "name": "out", "schema": {"type": "object"}}}}).chat
     assert ok["response_format"]["json_schema"] == {"name": "out", "schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize("messages, where", [
+    ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}], "messages.0.content.0"),
+    ([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                                   {"type": "tool_result", "tool_use_id": "t2", "content": "?"}]}], "messages.2.content.1"),
+    ([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+      {"role": "assistant", "content": "done"},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "again"}]}], "messages.4.content.0"),
+])
+def test_anthropic_tool_result_must_answer_a_tool_use_of_the_message_before(messages, where):
+    with pytest.raises(BadRequest, match="unexpected `tool_use_id`") as info:
+        A.parse(anthropic_body(tools=[TOOL], messages=messages))
+    assert info.value.param == where
