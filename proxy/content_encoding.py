@@ -65,8 +65,17 @@ def _deflate(raw: bytes, limit: int) -> bytes:
 def _zstd(raw: bytes, limit: int) -> bytes:
     import zstandard
 
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
-    out = reader.read(limit + 1)
+    # A frame names the window its decoder must hold (the library allows up to 128 MB, per request):
+    # a body of at most ``limit`` bytes never needs a window larger than itself.
+    window = min(1 << 27, max(1 << 20, 1 << max(limit - 1, 1).bit_length()))
+    reader = zstandard.ZstdDecompressor(max_window_size=window).stream_reader(io.BytesIO(raw), read_across_frames=True)
+    try:
+        out = reader.read(limit + 1)
+    except zstandard.ZstdError as exc:
+        if "too much memory" in str(exc):  # a window (or a declared size) beyond the limit
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed (its zstd frame asks "
+                                  "for more)") from None
+        raise
     if len(out) > limit:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes once decompressed")
     if raw and not out:

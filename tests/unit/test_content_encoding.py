@@ -60,3 +60,14 @@ def test_an_unknown_coding_is_415_naming_what_is_supported():
     with pytest.raises(UnsupportedMediaType) as info:
         decoded(b"x", "br", 1 << 20)
     assert info.value.status == 415 and "'br'" in info.value.message and "zstd" in info.value.message
+
+
+def test_a_zstd_frame_asking_for_a_window_beyond_the_body_limit_is_refused():
+    """A frame names the window its decoder must allocate (up to 128 MB by the library's default,
+    per request): one larger than the body limit is refused before anything is allocated."""
+    params = zstandard.ZstdCompressionParameters.from_level(19, window_log=26, write_content_size=False)
+    streamer = zstandard.ZstdCompressor(compression_params=params).compressobj()  # size unknown: the window stays
+    big_window = streamer.compress(b"x" * 100) + streamer.flush()  # 64 MB
+    with pytest.raises(PayloadTooLarge, match="asks for more"):
+        decoded(big_window, "zstd", 1 << 20)
+    assert decoded(big_window, "zstd", 1 << 27) == b"x" * 100  # within a limit that large: read
