@@ -5,7 +5,6 @@ server that closed an idle connection, and every failure mapped to the error the
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
@@ -14,61 +13,7 @@ from proxy.errors import UpstreamError, UpstreamTimeout
 from proxy.upstream import keepalive
 from proxy.upstream.keepalive import KeepAliveTransport
 from proxy.upstream.transport import Unreachable
-
-
-class Scripted:
-    """Answers the n-th request (over all connections) with ``answers[n]``: raw bytes, or a
-    callable (connection, request bytes) that does whatever it likes. Records what it got."""
-
-    def __init__(self, answers: list) -> None:
-        self.answers = answers
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        buf = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    buf += conn.recv(65536)
-                request, buf = head + b"\r\n\r\n" + buf[:length], buf[length:]
-                self.requests.append(request)
-                answer = self.answers[len(self.requests) - 1]
-                if callable(answer):
-                    if answer(conn, request) == "close":
-                        return
-                else:
-                    conn.sendall(answer)
-
-    def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (a bare close does not)
-        except OSError:
-            pass
-        self.sock.close()
+from tests.support_http import Scripted
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from google.genai import types as gtypes
 from infra.embedded_redis import free_port
 from pipeline import keys
 from tests.support import KINDS, MSG, PROVIDER_OF, call, records, running_session, sid_of, wait_for
+from tests.support_http import Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -202,50 +203,30 @@ def test_an_oversized_chunked_body_is_413_as_with_a_length(fake_stack):
                     assert "exceeds 1000000 bytes" in answer.text
 
 
-class _HangingEngine:
-    """An engine that takes every chat call and never answers: it reads the request, then waits
-    for its connection to close and notes when (vLLM aborts a request then). Other paths (model
-    cards, health) get an empty 200."""
+class _HangingEngine(Scripted):
+    """An engine that takes every chat call and never answers: it waits for its connection to
+    close and notes it (vLLM aborts a request then). Other paths (model cards, health) get an
+    empty 200."""
 
     def __init__(self) -> None:
-        import socket
-
-        self.port = free_port()
         self.received = threading.Event()
         self.closed = threading.Event()
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__([self._answer] * 100)
+        self.port = self.sock.getsockname()[1]
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            if b"/chat/completions" not in data.split(b"\r\n", 1)[0]:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
-                return
-            self.received.set()
-            conn.settimeout(60)
-            try:
-                while conn.recv(65536):
-                    pass
-            except OSError:
+    def _answer(self, conn, request: bytes) -> str:
+        if b"/chat/completions" not in request.split(b"\r\n", 1)[0]:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+            return "close"
+        self.received.set()
+        conn.settimeout(60)
+        try:
+            while conn.recv(65536):
                 pass
-            self.closed.set()
-
-    def close(self) -> None:
-        self._server.close()
+        except OSError:
+            pass
+        self.closed.set()
+        return "close"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
