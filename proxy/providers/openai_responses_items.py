@@ -162,6 +162,9 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
                 msg = assistant()
                 msg["content"] = _text(item.get("content"), where)
                 continue
+            if reasoning:  # a turn that only reasoned (cut short, say): still the model's turn, kept
+                open_assistant = None
+                assistant()["content"] = ""
             open_assistant = None
             out.append({"role": "system" if role == "developer" else role, "content": _parts(item.get("content"), where)})
         elif kind in ("function_call", "custom_tool_call"):

@@ -96,3 +96,13 @@ def test_function_call_output_parts_are_kept_or_refused_never_dropped():
     with pytest.raises(UnsupportedFeature, match="input_file"):
         items.to_messages([call, {"type": "function_call_output", "call_id": "c1",
                                   "output": [{"type": "input_file", "file_data": "JVBERi0="}]}])
+
+
+def test_a_turn_that_only_reasoned_is_kept_before_the_next_user_message():
+    """[user, reasoning, user] replayed with store: false: the reasoning is the model's turn (an
+    assistant message holding it), not dropped."""
+    out = items.to_messages([{"role": "user", "content": "a"},
+                             {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]},
+                             {"role": "user", "content": "b"}])
+    assert out == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "reasoning_content": "hmm"},
+                   {"role": "user", "content": "b"}]
