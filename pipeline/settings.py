@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     # A streamed call whose engine answer takes longer than this starts its stream early and
     # keeps it alive (pings/comments) at this interval; faster calls are streamed in one go.
     stream_keepalive_seconds: float = Field(default=5.0, gt=0)
+    # A client closing its connection while the engine samples its call aborts the engine call
+    # (proxy/client_watch.py). Off: kept for clients that half-close after sending (shutdown of
+    # their write side looks the same as leaving; no harness does it).
+    abort_on_client_close: bool = True
     # Control-surface secrets (`polar up` generates them into $POLAR_HOME/tokens.json). Unset,
     # a surface is open, and a service refuses to bind beyond loopback (infra/cli).
     api_token: SecretStr | None = None  # Authorization: Bearer <token> on the rollout API

@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - gevent is a dependency; kept for clari
     _GEVENT = False
 SSE_HEADERS = [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
 JSON = "application/json"
+_REASONS = {499: "Client Closed Request"}  # nginx's; not in werkzeug's table
 MAX_JSON_DEPTH = 128  # harness requests nest tool schemas deeply, but never this deep
 
 
@@ -56,6 +57,7 @@ class ModelCalls:
         self.metrics = gw.metrics
         self.keepalive = settings.stream_keepalive_seconds
         self.max_request_bytes = settings.max_request_bytes
+        self.watch_clients = settings.abort_on_client_close
 
     def wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes] | None:
         """Serve a model call whose path names its API; None for any other request."""
@@ -122,7 +124,7 @@ class ModelCalls:
             gw.abandon(lease)
             raise
         call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in, raw,
-                    client_socket(req.environ))
+                    client_socket(req.environ) if self.watch_clients else None)
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer), True
@@ -203,7 +205,8 @@ class Answer:
             body: Iterable[bytes] = [self.body]
         else:
             body = self.body  # an event stream of unknown length: the server chunks it
-        start_response(f"{self.status} {HTTP_STATUS_CODES.get(self.status, 'Unknown')}", headers)
+        start_response(f"{self.status} {_REASONS.get(self.status) or HTTP_STATUS_CODES.get(self.status, 'Unknown')}",
+                       headers)
         return body
 
     def response(self) -> Response:

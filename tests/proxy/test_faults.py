@@ -265,3 +265,41 @@ def test_a_client_that_leaves_mid_call_aborts_the_engine_call(fake_stack, stream
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
         engine.close()
+
+
+def _half_closed_call(proxy_url: str, key: str) -> bytes:
+    """A chat call from a client that shuts its write side after sending (HTTP allows it; no
+    harness does it): what it reads back."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(proxy_url)
+    body = json.dumps({"model": "slow-500", "messages": MSG}).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as client:
+        client.sendall(b"POST /s/%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body))
+        client.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_half_closing_client_is_taken_for_gone_unless_the_watch_is_off(fake_stack):
+    """Shutting the write side looks exactly like leaving (an EOF): by default the call is
+    aborted (499, a ClientGone record); POLAR_ABORT_ON_CLIENT_CLOSE=false answers such clients."""
+    key = running_session(fake_stack.settings.redis_url)
+    assert _half_closed_call(fake_stack.settings.proxy_url, key).startswith(b"HTTP/1.1 499 Client Closed Request")
+    port = free_port()
+    env = {**os.environ, **fake_stack.settings.to_env(), "POLAR_ABORT_ON_CLIENT_CLOSE": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "proxy", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)
+        key = running_session(fake_stack.settings.redis_url)
+        answer = _half_closed_call(f"http://127.0.0.1:{port}", key)
+        assert answer.startswith(b"HTTP/1.1 200") and b'"content":"ok"' in answer
+        assert len(records(fake_stack.settings.redis_url, key)[0]) == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)

@@ -55,12 +55,21 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
                    puts=(d.stores.outputs.trajectory_put(sid, trajectory),))
 
 
+CLIENT_GONE = "ClientGone"  # proxy.errors.ClientGone's name in its error records (workers do not import proxy)
+
+
 def call_errors(errors: list) -> dict:
-    """The model calls that failed, by error type, and the last one's cause (for the result)."""
-    if not errors:
-        return {}
-    last = max(errors, key=lambda e: e.finished_at or 0)
-    return {"proxy_errors": dict(Counter(e.error_type for e in errors)),
+    """The model calls that failed, by error type, and the last one's cause (for the result).
+    Calls aborted because the agent closed its connection mid-call (ClientGone: stopped at its
+    deadline, killed, cancelled) are counted apart, as ``calls_aborted``: a consequence of the
+    stop, never its cause."""
+    aborted = sum(1 for e in errors if e.error_type == CLIENT_GONE)
+    failed = [e for e in errors if e.error_type != CLIENT_GONE]
+    out: dict = {"calls_aborted": aborted} if aborted else {}
+    if not failed:
+        return out
+    last = max(failed, key=lambda e: e.finished_at or 0)
+    return {**out, "proxy_errors": dict(Counter(e.error_type for e in failed)),
             "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
 
 
