@@ -180,6 +180,20 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """)
 
+# KEYS as LEASE_CONFIRM's; ARGV: as LEASE_CONFIRM's, then a session field and a value. LEASE_CONFIRM
+# and, in the same step, the value kept in the field unless one is there (the first copy's wins):
+# {1, the kept value} while held, {0} when taken over (nothing written). EVALUATE commits its grade
+# so before tearing the runtimes down: a copy re-run after a teardown began never grades again.
+LEASE_COMMIT = Lua("lease_commit", _TAKEN_OVER + """
+if taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4]) then return {0} end
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSETNX', KEYS[4], ARGV[5], ARGV[6]) end
+return {1, redis.call('HGET', KEYS[4], ARGV[5]) or ARGV[6]}
+""")
+
 # KEYS as above; ARGV: member, token. Drops the lease if this token holds it.
 LEASE_RELEASE = Lua("lease_release", """
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end

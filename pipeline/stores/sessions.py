@@ -52,6 +52,7 @@ class F(str, Enum):
     EVAL_RUNTIME = "eval_runtime"  # handle of the fresh evaluation runtime (evaluator.refresh_runtime)
     EVAL_RUNTIME_ERROR = "eval_runtime_error"  # why it could not be made ready
     TOKEN_IN = "token_in"  # agent.token_in when not off: read by the proxy as it admits a call
+    GRADE = "grade"  # EVALUATE's grade (JSON), committed before the runtimes are torn down (first wins)
 
 
 def started_field(stage: Stage) -> str:
@@ -79,6 +80,7 @@ class SessionState:
     key: str | None = field(default=None, repr=False)  # never logged
     eval_runtime: dict[str, Any] | None = None
     eval_runtime_error: str | None = None
+    grade: dict[str, Any] | None = None  # EVALUATE's committed grade: a re-run grades nothing again
     started: set[Stage] = field(default_factory=set)
     # stage -> where it sent the session (None: nowhere)
     done: dict[Stage, Stage | None] = field(default_factory=dict)
@@ -140,6 +142,7 @@ class SessionStore:
             key=f.get(F.KEY),
             eval_runtime=json.loads(f[F.EVAL_RUNTIME]) if f.get(F.EVAL_RUNTIME) else None,
             eval_runtime_error=f.get(F.EVAL_RUNTIME_ERROR) or None,
+            grade=json.loads(f[F.GRADE]) if f.get(F.GRADE) else None,
             started={s for s in Stage if f.get(started_field(s))},
             done={s: (None if v == DONE_NOWHERE else Stage(v))
                   for s in Stage if (v := f.get(done_field(s)))},

@@ -228,3 +228,31 @@ def test_a_pipeline_with_two_scripts_is_refused_before_it_runs(r):
     with pytest.raises(ValueError, match="one script at most"):
         lua.execute(r, build, transaction=True)
     assert r.get("polar:test:two-scripts") is None  # nothing was sent
+
+
+def test_an_evaluate_copy_rerun_after_a_teardown_began_keeps_the_grade_not_regrades(deps, r, monkeypatch):
+    """The evaluate worker dies (kill -9) while tearing the runtime down: the copy the reaper
+    sends again must not grade what is left of it (a passing session graded 0.0). The grade was
+    committed with the lease check before the teardown; the re-run takes it."""
+    from pipeline.stores.leases import take_expired
+    from workers.stages import evaluate
+
+    [sid] = submit(deps, num_samples=1)
+    assert [run_stage(s, sid, *BODIES[s], d=deps) for s in (Stage.INIT, Stage.RUN, Stage.POSTRUN)] == ["done"] * 3
+    real_teardown = evaluate.teardown
+
+    def dies_half_way(session_id, runtime, eval_runtime):
+        MemoryRuntime.live[session_id].files.clear()  # part of the runtime is gone ...
+        raise SystemExit("killed mid-teardown")  # ... when the worker dies
+
+    monkeypatch.setattr(evaluate, "teardown", dies_half_way)
+    with pytest.raises(SystemExit):
+        run_stage(Stage.EVALUATE, sid, *BODIES[Stage.EVALUATE], d=deps)
+    monkeypatch.setattr(evaluate, "teardown", real_teardown)
+    r.zadd(keys.LEASE_EXPIRY, {keys.lease_member(Stage.EVALUATE.value, sid): 0})  # its lease lapsed
+    assert take_expired(r) == [(sid, Stage.EVALUATE)]
+    deps.stores.stage_runs.send(Stage.EVALUATE, sid)  # the reaper's resend
+    assert run_stage(Stage.EVALUATE, sid, *BODIES[Stage.EVALUATE], d=deps) == "done"
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.COMPLETED and result.reward == 1.0
+    assert all(t.reward == 1.0 for t in result.trajectory.traces)

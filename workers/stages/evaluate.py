@@ -4,15 +4,17 @@ tear both down and store the terminal ``SessionResult`` for CALLBACK to publish.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import EvaluationError
 from pipeline.schemas import SessionResult, Trajectory
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
-from pipeline.stores.sessions import SessionState
+from pipeline.stores.sessions import F, SessionState
 from pipeline.stores.stage_runs import Handoff
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
@@ -42,18 +44,10 @@ def keep_artifacts(d: Deps, state: SessionState, eval_runtime: dict | None) -> P
         return None
 
 
-def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
-    sid, spec = state.session_id, state.spec
-    if state.status != SessionStatus.EVALUATING:
-        raise Skip(f"status is {state.status.value}")
-    started = state.timing.evaluate_started_at or time.time()  # stamped as the stage began
-    trajectory = d.stores.outputs.trajectory(sid) or Trajectory(error="trajectory missing")
-    # The outcome so far (the first recorded wins); a cancel that came since is the outcome now.
-    # (``state`` was read as this stage began: the evaluation runtime's hand-over is in it.)
-    outcome, new_error = state.outcome, None
-    if outcome is None:
-        outcome, new_error = ((Outcome.CANCELLED, "cancelled") if state.cancel_requested
-                              else (Outcome.ERROR, "no outcome recorded"))
+def _grade(d: Deps, state: SessionState, outcome: Outcome, trajectory: Trajectory, started: float) -> dict[str, Any]:
+    """The session's grade, as committed: reward, evaluation, error and each trace's reward
+    (``trajectory``'s traces get theirs)."""
+    spec = state.spec
     agent_runtime = runtimes.attach(state.runtime) if state.runtime else None
     refresh = spec.evaluator.refresh_runtime
     runtime = (runtimes.attach(state.eval_runtime) if state.eval_runtime else None) if refresh else agent_runtime
@@ -73,13 +67,36 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
             evaluation.update(res.metadata, outcome_reward=reward, trace_rewards=res.trace_rewards)
     except Exception as exc:
         eval_error = f"evaluation failed: {exc}"
-        log.warning("evaluate %s: %s", sid, eval_error)
-    finally:
-        # A copy that stalled past its lease while another took over must not tear down the
-        # runtimes the other is grading in (its own grade is void: its end would be refused too).
-        lease.confirm()
-        kept = keep_artifacts(d, state, state.eval_runtime)
-        teardown(sid, state.runtime, state.eval_runtime)
+        log.warning("evaluate %s: %s", state.session_id, eval_error)
+    return {"reward": reward, "evaluation": evaluation, "error": eval_error,
+            "trace_rewards": [t.reward for t in trajectory.traces] if reward is not None else None}
+
+
+def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
+    sid, spec = state.session_id, state.spec
+    if state.status != SessionStatus.EVALUATING:
+        raise Skip(f"status is {state.status.value}")
+    started = state.timing.evaluate_started_at or time.time()  # stamped as the stage began
+    trajectory = d.stores.outputs.trajectory(sid) or Trajectory(error="trajectory missing")
+    # The outcome so far (the first recorded wins); a cancel that came since is the outcome now.
+    # (``state`` was read as this stage began: the evaluation runtime's hand-over is in it.)
+    outcome, new_error = state.outcome, None
+    if outcome is None:
+        outcome, new_error = ((Outcome.CANCELLED, "cancelled") if state.cancel_requested
+                              else (Outcome.ERROR, "no outcome recorded"))
+    grade = state.grade  # committed by a copy whose teardown began before it died or stalled: kept
+    if grade is None:
+        grade = _grade(d, state, outcome, trajectory, started)
+        # The grade and the lease check in one step, before anything is torn down: a copy re-run
+        # after this point takes this grade instead of grading a half-deleted runtime, and a
+        # copy that stalled past its lease while another took over stops here (LeaseLost).
+        grade = json.loads(lease.commit(F.GRADE.value, json.dumps(grade, default=str)))
+    if grade["trace_rewards"] is not None and len(grade["trace_rewards"]) == len(trajectory.traces):
+        for trace, trace_reward in zip(trajectory.traces, grade["trace_rewards"]):
+            trace.reward = trace_reward
+    reward, evaluation, eval_error = grade["reward"], grade["evaluation"], grade["error"]
+    kept = keep_artifacts(d, state, state.eval_runtime)
+    teardown(sid, state.runtime, state.eval_runtime)
     status = outcome.terminal_status()
     error = new_error if new_error is not None else state.error
     if status == SessionStatus.COMPLETED and (trajectory.error or eval_error):
