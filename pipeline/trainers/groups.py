@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus
@@ -51,6 +51,8 @@ class Group:
     results: list[SessionResult]
     expected: int  # the task's num_samples
     stats: dict[str, float] = field(default_factory=dict)
+    # Set by ``stream_groups.iter_groups``: acks the group's stream entries now (idempotent).
+    on_ack: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rewards = [float(r.reward) for r in self.usable() if r.reward is not None]
@@ -61,6 +63,12 @@ class Group:
             "trainable_tokens": sum(trainable_tokens(r) for r in self.results),
             **{f"status_{k.lower()}": v for k, v in Counter(r.status.value for r in self.results).items()},
         }
+
+    def ack(self) -> None:
+        """The group is taken (``iter_groups``): not delivered again, also if the loop breaks
+        right after. Without it, a group is acked when the loop asks for the next one."""
+        if self.on_ack is not None:
+            self.on_ack()
 
     def usable(self, include_timeouts: bool = False) -> list[SessionResult]:
         return [r for r in self.results if usable(r, include_timeouts)]

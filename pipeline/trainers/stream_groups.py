@@ -4,9 +4,11 @@ them are usable (the task's own setting, or ``min_usable`` here), not waiting fo
 which the server cancels (server-side early stop) and which are acked and dropped when they
 arrive, also after a restart (the closed tasks are kept in Redis).
 
-Acks: a group's entries are acked once the loop has taken it -- when it asks for the next group,
-or leaves the loop (``break``, ``return``, an exception in its body). A process that dies holding
-a group (kill -9, OOM) acked nothing of it: the group comes again from the stream.
+Acks: a group's entries are acked when the loop asks for the next group, or when the loop body
+calls ``group.ack()`` -- do that before a ``break`` that keeps the group (a generator cannot tell
+a ``break`` from an exception, and a training step that raises must get its group again). A
+group neither acked nor followed by another comes again from the stream, to this consumer on
+its restart.
 
 One consumer per consumer group: a consumer group spreads its entries over its consumers, so
 two consumers of one group would each hold part of a task's sessions and neither could close
@@ -15,6 +17,7 @@ it. Give each trainer process its own consumer group (and expect each to see eve
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Iterator
 
@@ -47,12 +50,9 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
             usable_count.pop(task_id)
             sizes.pop(task_id)
             _close(closed, task_id)
-            try:
-                yield Group(task_id, [d.result for d in taken], total)
-            finally:  # the loop took it: asking for more, or leaving the loop
-                client.close_task(group, task_id)
-                for delivery in taken:
-                    delivery.ack()
+            ack = functools.partial(_ack_once, client, group, task_id, taken, [])
+            yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
+            ack()  # the loop asked for the next group: this one is taken
     if held:
         log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
                     "hold their other sessions): %s", group, consumer,
@@ -67,13 +67,24 @@ def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
         return False
     try:
         status = client.status(task_id, results=False)
-    except Exception as exc:  # RolloutError 404, without importing the client here
-        if getattr(exc, "status", None) != 404:
-            raise
+    except Exception as exc:  # the API's own "unknown task" (RolloutError), without importing the client here
+        error = getattr(exc, "body", None)
+        error = error.get("error") if isinstance(error, dict) else None
+        if getattr(exc, "status", None) != 404 or not isinstance(error, dict) or \
+                not str(error.get("message", "")).startswith("unknown task"):
+            raise  # any other 404 (a wrong api_url: no such route) is not a verdict on the task
         log.warning("iter_groups: task %s is unknown to the API (expired?): its results are dropped", task_id)
         return False
     sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions)
     return True
+
+
+def _ack_once(client: Any, group: str, task_id: str, taken: list[Any], acked: list[bool]) -> None:
+    if not acked:
+        client.close_task(group, task_id)  # first: a crash before the acks drops the group, never repeats it
+        for delivery in taken:
+            delivery.ack()
+        acked.append(True)
 
 
 def _close(closed: dict[str, None], task_id: str) -> None:

@@ -41,21 +41,37 @@ def groups(client, **kw):
     return iter_groups(client, group="g", consumer="c", block_ms=50, stop_after=0.3, **kw)
 
 
-def test_a_loop_that_breaks_on_a_group_has_taken_it(client, r):
-    """``for g in iter_groups(...): batch.append(g); if full: break`` -- the natural batching
-    loop: the group it broke on is acked with the others, not delivered again next time."""
+def test_a_loop_that_breaks_keeps_the_group_it_acked_and_gets_back_the_one_it_did_not(client, r):
+    """``for g in iter_groups(...): batch.append(g); g.ack(); if full: break`` -- the batching
+    loop: a group acked before the break is not delivered again; without the ack (or when the
+    step raises) it is, on the next run."""
     submit(client, "t1", 2)
     submit(client, "t2", 2)
+    submit(client, "t3", 1)
     publish(r, "t1", "a0", "a1")
     publish(r, "t2", "b0", "b1")
+    publish(r, "t3", "c0")
     batch = []
     for g in groups(client):
         batch.append(g.task_id)
+        g.ack()
         if len(batch) == 2:
             break
-    assert batch == ["t1", "t2"]
-    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
-    assert [g.task_id for g in groups(client)] == []  # the next run: nothing again
+    assert batch == ["t1", "t2"] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 1  # (t3's, read ahead)
+    with pytest.raises(RuntimeError):
+        for g in groups(client):
+            raise RuntimeError("the training step failed")  # (t3, not acked)
+    assert [g.task_id for g in groups(client)] == ["t3"]  # the next run: only the one not taken
+
+
+def test_a_404_that_is_not_the_apis_unknown_task_ends_the_loop_and_drops_nothing(client, r):
+    wrong = RolloutClient("http://api.test/wrong-prefix", redis_url=client.redis_url, transport=client._http._transport)
+    submit(client, "kept", 1)
+    publish(r, "kept", "k0")
+    with pytest.raises(Exception) as info:
+        list(groups(wrong))
+    assert getattr(info.value, "status", None) == 404
+    assert [g.task_id for g in groups(client)] == ["kept"]  # still there
 
 
 def test_a_group_closed_before_a_restart_is_not_made_again_from_late_sessions(client, r):
