@@ -289,7 +289,7 @@ def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[s
         try:
             stream.touch(group, consumer, held)
         except redis.RedisError as exc:  # the next beat tries again
-            log.debug("could not keep held results: %s", exc)
+            log.warning("could not keep held results from other consumers' claims: %s", exc)
 
 
 def _poison(e: StreamEntry) -> str | None:

@@ -57,6 +57,9 @@ class StreamEntry:
         return decode_arrays(self.blob)
 
 
+TOUCH_SLICE = 1000  # entry ids per RESULTS_TOUCH call
+
+
 class ResultsStream:
     def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM,
                  marker_ttl_seconds: int = 7 * 24 * 3600, layout: str = "compact"):
@@ -199,9 +202,10 @@ class ResultsStream:
         """Reset the idle time of the entries ``consumer`` still holds (alive: not to be claimed
         as a dead consumer's); an entry another consumer has meanwhile taken stays with it.
         Returns how many were touched."""
-        if not entry_ids:
-            return 0
-        return int(self._touch(keys=[self.stream], args=[group, consumer, *entry_ids]))
+        # In slices: Redis's Lua cannot unpack ~8,000 values into one XCLAIM (a consumer restarted
+        # holding that many re-reads them all), and short scripts keep Redis responsive.
+        return sum(int(self._touch(keys=[self.stream], args=[group, consumer, *entry_ids[i:i + TOUCH_SLICE]]))
+                   for i in range(0, len(entry_ids), TOUCH_SLICE))
 
     def reclaim(self, group: str, consumer: str, entry_ids: list[str]) -> list[StreamEntry]:
         """Deliver ``entry_ids`` again to ``consumer`` (a nack; counted when handed over again)."""

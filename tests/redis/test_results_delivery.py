@@ -276,3 +276,16 @@ def test_a_duplicate_in_the_same_batch_as_its_acked_original_is_skipped(r, redis
         got.append(item.result.session_id)
         item.ack()  # acked before the batch's next entry, the duplicate, comes up
     assert got == ["dup", "other"] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_touch_keeps_ten_thousand_held_entries(r):
+    """A consumer restarted holding ~10k unacked entries re-reads them all: every one is kept
+    from other consumers' claims (one script could not unpack more than ~8,000 ids)."""
+    stream = ResultsStream(r)
+    pipe = r.pipeline(transaction=False)
+    for i in range(10_000):
+        pipe.xadd(keys.RESULTS_STREAM, {"data": b"x", "session_id": f"s{i}"})
+    pipe.execute()
+    stream.ensure_group("g")
+    held = [e.entry_id for e in stream.read("g", "c", pending=False, count=10_000, block_ms=None)]
+    assert len(held) == 10_000 and stream.touch("g", "c", held) == 10_000
