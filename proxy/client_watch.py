@@ -9,8 +9,9 @@ as soon as its own client's closes.
 How it is seen: after its request the client sends nothing until the answer (HTTP/1.1, no
 pipelining), so its socket turning readable while the engine works means an EOF or a reset. A
 gevent io watcher on the client socket (no greenlet of its own: the hub runs the check) peeks at
-it; on an EOF it throws ``ClientGone`` into the greenlet waiting for the engine, as
-``gevent.Timeout`` does, and the transport closes the engine connection on the way out. The watch
+it; on an EOF it throws an exception into the greenlet waiting for the engine, as
+``gevent.Timeout`` does (a BaseException no handler on the way takes for its own), and the
+transport closes the engine connection on the way out; the watch raises ``ClientGone``. The watch
 covers only the engine call (``watching``), where the greenlet waits on upstream sockets and
 holds nothing else. Bytes instead of an EOF (a pipelined request) end the watch undecided.
 Outside gunicorn's gevent workers (the in-process tests, Flask's server) nothing is watched.
@@ -33,6 +34,12 @@ except ImportError:  # pragma: no cover - gevent is a dependency of the proxy
     _GEVENT = False
 
 _READ = 1  # libev/libuv's read event
+
+
+class _Left(BaseException):
+    """Thrown into the waiting greenlet, as gevent.Timeout is: a BaseException, so no handler of
+    the code it interrupts (``except ProxyError``, ``except Exception``) takes it for its own;
+    ``watching`` turns it into ``ClientGone`` on the way out."""
 
 
 def client_socket(environ: dict[str, Any]) -> Any:
@@ -60,11 +67,16 @@ def watching(client: Any) -> Iterator[None]:
         if closed is False:  # a spurious wake-up: watch on
             watcher.start(readable)
         elif closed:
-            target.throw(ClientGone("the client closed its connection before the answer; the engine call was aborted"))
+            target.throw(left)
 
+    left = _Left()
     watcher.start(readable)
     try:
         yield
+    except _Left as exc:
+        if exc is not left:
+            raise  # an outer watch's
+        raise ClientGone("the client closed its connection before the answer; the engine call was aborted") from None
     finally:
         watcher.stop()
         watcher.close()
