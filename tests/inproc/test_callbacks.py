@@ -138,3 +138,14 @@ def test_pinned_delivery_tries_the_next_judged_address_when_one_refuses(d, recei
             pytest.skip("something listens on 127.0.0.3 here")
     record = callback.deliver(d, finished_task(d, f"http://multi.invalid:{port}/callback", "t-multi"))
     assert record["state"] == "delivered" and len(receiver.posts) == 1
+
+
+def test_behind_an_http_proxy_the_url_is_left_to_the_proxy(monkeypatch):
+    """With HTTP(S)_PROXY set, httpx sends the POST through the proxy, which resolves the name
+    itself: pinning an address would break its TLS and bypass NO_PROXY, so the URL goes as it is."""
+    from workers.stages.callback import _via_proxy
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "receiver.corp")
+    assert _via_proxy("https", "hooks.example.com") and not _via_proxy("https", "receiver.corp")
+    assert not _via_proxy("http", "hooks.example.com")  # only HTTPS goes through it here

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -193,10 +194,10 @@ def _post_pinned(url: str, addresses: list[str], *, content: bytes, headers: dic
     parts = urlsplit(url)
     host = parts.hostname or ""
     pinnable = [a for a in addresses if "%" not in a]  # (a zoned IPv6 address cannot be a URL host as is)
-    if not pinnable or host.strip("[]") in pinnable:
-        pinnable = [""]  # an IP literal (or nothing resolved): the URL as it is
+    if not pinnable or host.strip("[]") in pinnable or _via_proxy(parts.scheme, host):
+        pinnable = [""]  # an IP literal, nothing resolved, or an HTTP proxy resolving it: the URL as it is
     userinfo = parts.netloc.rpartition("@")[0]
-    last: httpx.ConnectError | None = None
+    last: httpx.ConnectError | httpx.ConnectTimeout | None = None
     with httpx.Client(timeout=CALLBACK_TIMEOUT_SECONDS) as client:
         for address in pinnable:
             target, sent = url, headers
@@ -207,19 +208,27 @@ def _post_pinned(url: str, addresses: list[str], *, content: bytes, headers: dic
             try:
                 return client.post(target, content=content, headers=sent,
                                    extensions={"sni_hostname": host} if parts.scheme == "https" and address else {})
-            except httpx.ConnectError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # (as the resolver's next address would be)
                 last = exc
     assert last is not None
     raise last
 
 
+def _via_proxy(scheme: str, host: str) -> bool:
+    """Whether the environment sends this URL through an HTTP proxy (httpx reads the same
+    variables): the proxy resolves the name then, and a pinned address would break its TLS."""
+    proxies = urllib.request.getproxies_environment()
+    return bool(proxies.get(scheme) or proxies.get("all")) and not urllib.request.proxy_bypass_environment(host)
+
+
 def _resolve(url: str) -> list[str]:
-    """What ``url``'s host resolves to (nothing when it does not: the POST then fails on its own)."""
+    """What ``url``'s host resolves to, in the resolver's order (nothing when it does not: the
+    POST then fails on its own)."""
     host = urlsplit(url).hostname
     if not host:
         return []
     try:
-        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+        return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)))
     except (OSError, UnicodeError):
         return []
 
