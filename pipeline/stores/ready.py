@@ -61,7 +61,10 @@ class ReadyBuffer:
         """``claim`` and, in the same step, move the session READY -> RUNNING with ``fields``
         (RUN's start); False when it was not in READY. A refused move (the session's status is no
         longer READY) raises ``TransitionRefused`` and takes nothing."""
-        target = SessionStatus.RUNNING
+        return self.claim_to(session_id, SessionStatus.RUNNING, **fields)
+
+    def claim_to(self, session_id: str, target: SessionStatus, **fields: Any) -> bool:
+        """``claim_to_run`` to any ``target`` (a cancel: POSTRUN, with the outcome in ``fields``)."""
         reply = self._claim_start(keys=[keys.READY_SLOTS, keys.READY_LIST, keys.session(session_id)],
                                   args=[session_id, *SessionStore.transition_args(target, [SessionStatus.READY], fields)])
         if not reply[0]:

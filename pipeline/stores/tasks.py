@@ -238,13 +238,17 @@ class TaskStore:
         return moved, flagged
 
     def _cancel_idle(self, sid: str, status: SessionStatus) -> bool:
-        if status == SessionStatus.READY and not self.ready.claim(sid):
-            return False  # a RUN worker claimed it first; it will see the flag
-        if status not in (SessionStatus.REGISTERED, SessionStatus.READY):
-            return False
+        """One step each (a caller dying half-way left a READY session out of READY yet READY,
+        which nothing would ever move on): out of READY, the move to POSTRUN and its outcome.
+        Whoever then sends POSTRUN -- the caller, or the guard of the INIT or RUN message the
+        session already has (``Skip``) -- tears it down."""
+        outcome = {"outcome": Outcome.CANCELLED.value, "error": "cancelled before the agent ran"}
         try:
-            self.sessions.transition(sid, SessionStatus.POSTRUN, expected=[status])
+            if status == SessionStatus.READY:
+                return self.ready.claim_to(sid, SessionStatus.POSTRUN, **outcome)  # False: RUN claimed it first
+            if status == SessionStatus.REGISTERED:
+                self.sessions.transition(sid, SessionStatus.POSTRUN, expected=[status], **outcome)
+                return True
         except TransitionRefused:
-            return False
-        self.sessions.set_outcome(sid, Outcome.CANCELLED, "cancelled before the agent ran")
-        return True
+            pass
+        return False

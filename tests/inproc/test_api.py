@@ -291,3 +291,33 @@ def test_an_integer_beyond_64_bits_is_refused_not_rounded(api, stores, literal):
     assert resp.status_code == 200, resp.get_json()
     status = api.test_client().get("/rollout/task/ok").get_json()
     assert status["metadata"] == {"n": 2**64 - 1, "s": literal}
+
+
+def test_a_cancel_cut_off_half_way_leaves_a_ready_session_cancellable(client, stores, r, monkeypatch):
+    """The canceller dies (or Redis goes away) in the middle of cancelling a READY session: before,
+    the session was already out of READY but still READY -- nothing would ever move it on, and a
+    second cancel could not either. Out of READY, the move and the outcome are now one step."""
+    import redis as redis_lib
+
+    task_id = client.submit({**TASK, "task_id": "t-cut", "num_samples": 1})
+    [sid] = [s.session_id for s in client.status(task_id).sessions]
+    for status in (SessionStatus.INITIALIZING, SessionStatus.READY):
+        stores.sessions.transition(sid, status)
+    stores.ready.push(sid, 60)
+    real, calls = stores.sessions.transition, []
+
+    def drops_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise redis_lib.ConnectionError("the canceller lost Redis half-way")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stores.sessions, "transition", drops_once)
+    try:
+        stores.tasks.cancel(task_id)
+    except redis_lib.ConnectionError:
+        pass
+    stores.tasks.cancel(task_id)  # the user cancels again
+    state = stores.sessions.get(sid)
+    assert state.status == SessionStatus.POSTRUN and state.outcome == Outcome.CANCELLED
+    assert stores.ready.snapshot()["depth"] == 0 and stores.ready.snapshot()["reserved"] == 0
