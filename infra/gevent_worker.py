@@ -15,7 +15,7 @@ from typing import Any
 
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
-from infra.http_errors import error_response
+from infra.http_errors import error_body, error_response
 from proxy.hot_redis import send_all
 
 
@@ -29,6 +29,21 @@ class OneWriteHandler(PyWSGIHandler):
                    else "the request could not be parsed as HTTP/1.1")
             return result[0], error_response(code, why)
         return result
+
+    def _send_error_response_if_possible(self, error_code: int) -> None:
+        """gevent's, for a request that failed mid-way (a malformed chunked body: 400; an
+        unexpected error: 500), with a JSON body instead of an empty or plain-text one."""
+        if self.response_length:
+            self.close_connection = True
+            return
+        why = "the request body could not be read" if error_code < 500 else "internal server error"
+        status, body = error_body(error_code, why)
+        self.close_connection = True  # (the request's framing is unknown)
+        try:
+            self.start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            self.write(body)
+        except OSError:
+            self.close_connection = True
 
     def _write_with_headers(self, data: Any) -> None:  # gevent.pywsgi.WSGIHandler's, with one send
         self.headers_sent = True

@@ -19,13 +19,18 @@ _STATUS = {400: ("Bad Request", "INVALID_ARGUMENT"), 414: ("URI Too Long", "INVA
            501: ("Not Implemented", "UNIMPLEMENTED")}
 
 
-def error_response(status: int, message: str) -> bytes:
-    """A whole HTTP/1.1 response closing the connection (the request's framing is unknown)."""
+def error_body(status: int, message: str) -> tuple[str, bytes]:
+    """The status line's ``"<code> <reason>"`` and the JSON body."""
     reason, grpc_status = _STATUS.get(status, ("Bad Request", "INVALID_ARGUMENT"))
     kind = "invalid_request_error" if status < 500 else "api_error"
-    body = orjson.dumps({"type": "error", "error": {"type": kind, "message": message, "code": status,
-                                                    "status": grpc_status}})
-    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    return f"{status} {reason}", orjson.dumps({"type": "error", "error": {
+        "type": kind, "message": message, "code": status, "status": grpc_status}})
+
+
+def error_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response closing the connection (the request's framing is unknown)."""
+    line, body = error_body(status, message)
+    head = (f"HTTP/1.1 {line}\r\nConnection: close\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 

@@ -39,8 +39,11 @@ PROFILES: dict[str, dict[str, Any]] = {
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
     "api": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 16, "timeout": 120,
             "graceful_timeout": 5},
+    # keepalive: longer than the proxy's idle reuse limit (proxy/upstream/keepalive.py IDLE_SECONDS,
+    # 4 s): with gunicorn's default 2 s, a connection idle 2-4 s could be closed just as the proxy
+    # sent a call on it -- a reset the proxy must not retry (it may have been sampled), a 502.
     "model": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 8, "timeout": 0,
-              "graceful_timeout": 5},
+              "graceful_timeout": 5, "keepalive": 75},
 }
 
 

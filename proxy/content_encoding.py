@@ -62,12 +62,16 @@ def _deflate(raw: bytes, limit: int) -> bytes:
         return _zlib(raw, limit, -zlib.MAX_WBITS)
 
 
+MAX_ZSTD_WINDOW = 8 << 20
+
+
 def _zstd(raw: bytes, limit: int) -> bytes:
     import zstandard
 
-    # A frame names the window its decoder must hold (the library allows up to 128 MB, per request):
-    # a body of at most ``limit`` bytes never needs a window larger than itself.
-    window = min(1 << 27, max(1 << 20, 1 << max(limit - 1, 1).bit_length()))
+    # A frame names the window its decoder must allocate (the library allows up to 128 MB, per
+    # request: a memory bomb across many connections). 8 MB is what RFC 8878 asks decoders to
+    # support and what zstd's levels up to 19 use; never more than the body limit itself.
+    window = min(MAX_ZSTD_WINDOW, max(1 << 20, 1 << max(limit - 1, 1).bit_length()))
     reader = zstandard.ZstdDecompressor(max_window_size=window).stream_reader(io.BytesIO(raw), read_across_frames=True)
     try:
         out = reader.read(limit + 1)

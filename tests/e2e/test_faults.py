@@ -186,3 +186,20 @@ def test_an_unparseable_request_is_answered_in_json_by_every_server(stack, servi
     assert status == 414 and body["error"]["code"] == 414 and body["error"]["message"]
     status, body = _raw_request(url, b"NOT A REQUEST LINE")
     assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+
+
+def test_a_malformed_chunked_body_is_answered_in_json_by_the_proxy(stack):
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(stack.settings.proxy_url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(b"POST /s/x/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\nZZZ\r\nnot a chunk\r\n0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 4") and b"application/json" in head.lower(), head
+    assert json.loads(body)["error"]["message"]

@@ -68,6 +68,9 @@ def test_a_zstd_frame_asking_for_a_window_beyond_the_body_limit_is_refused():
     params = zstandard.ZstdCompressionParameters.from_level(19, window_log=26, write_content_size=False)
     streamer = zstandard.ZstdCompressor(compression_params=params).compressobj()  # size unknown: the window stays
     big_window = streamer.compress(b"x" * 100) + streamer.flush()  # 64 MB
-    with pytest.raises(PayloadTooLarge, match="asks for more"):
-        decoded(big_window, "zstd", 1 << 20)
-    assert decoded(big_window, "zstd", 1 << 27) == b"x" * 100  # within a limit that large: read
+    for limit in (1 << 20, 64 << 20):  # the default limit too: 8 MB at most, whatever the limit
+        with pytest.raises(PayloadTooLarge, match="asks for more"):
+            decoded(big_window, "zstd", limit)
+    level19 = zstandard.ZstdCompressor(level=19).compressobj()  # its 8 MB window, size unknown: read
+    body = b'{"input": "' + b"y" * 3_000_000 + b'"}'
+    assert decoded(level19.compress(body) + level19.flush(), "zstd", 64 << 20) == body
