@@ -43,7 +43,7 @@ class OneWriteHandler(PyWSGIHandler):
             self.start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             self.write(body)
         except OSError:
-            self.close_connection = True
+            pass  # the client is gone; the connection closes either way
 
     def _write_with_headers(self, data: Any) -> None:  # gevent.pywsgi.WSGIHandler's, with one send
         self.headers_sent = True

@@ -58,28 +58,25 @@ class StageLease:
     def confirm(self) -> None:
         """Before an act that cannot be undone (tearing a runtime down): raise ``LeaseLost`` if
         another copy took this stage over while this one stalled (one round trip)."""
-        held = lua.bind(self._r, lua.LEASE_CONFIRM)(keys=[*_KEYS, keys.LEASE_SENT, keys.session(self.session_id)],
-                                                    args=[self.member, self.token, self.ttl_ms,
-                                                          done_field(self.stage)])
-        if not held:
-            self.lost.set()
-            self.stop_heartbeat()
-            raise LeaseLost(f"{self.member}: the lease was taken over while this copy stalled")
-        self.adopt()  # (taken back after a lapse: renewed again from now on)
+        self._confirm()
 
     def commit(self, field: str, value: str) -> str:
         """``confirm``, and in the same step keep ``value`` in the session's ``field`` unless a
         value is there already; returns the kept one (an earlier copy's wins). Raises
         ``LeaseLost`` when taken over (nothing written)."""
-        reply = lua.bind(self._r, lua.LEASE_COMMIT)(keys=[*_KEYS, keys.LEASE_SENT, keys.session(self.session_id)],
-                                                    args=[self.member, self.token, self.ttl_ms,
-                                                          done_field(self.stage), field, value])
+        kept = self._confirm(field, value)[1]
+        return kept.decode() if isinstance(kept, bytes) else str(kept)
+
+    def _confirm(self, *commit: str) -> list[Any]:
+        reply = lua.bind(self._r, lua.LEASE_CONFIRM)(keys=[*_KEYS, keys.LEASE_SENT, keys.session(self.session_id)],
+                                                     args=[self.member, self.token, self.ttl_ms,
+                                                           done_field(self.stage), *commit])
         if not reply[0]:
             self.lost.set()
             self.stop_heartbeat()
             raise LeaseLost(f"{self.member}: the lease was taken over while this copy stalled")
-        self.adopt()
-        return reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        self.adopt()  # (taken back after a lapse: renewed again from now on)
+        return list(reply)
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without releasing (what a worker's death looks like; tests)."""

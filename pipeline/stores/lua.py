@@ -168,28 +168,19 @@ end
 """
 
 # KEYS[1..3] as LEASE_ACQUIRE's, KEYS[4] the session hash; ARGV: member, token, ttl (ms), the
-# stage's done field. Before an act that cannot be undone: 1 while this token holds the lease
-# (extended), or when it lapsed with nobody taking it over (taken back); 0 when the stage was taken
-# over (_TAKEN_OVER: the rule STAGE_FINISH fences by).
+# stage's done field, and optionally a session field and a value. Before an act that cannot be
+# undone: {1} while this token holds the lease (extended), or when it lapsed with nobody taking it
+# over (taken back); {0} when the stage was taken over (_TAKEN_OVER: the rule STAGE_FINISH fences
+# by), nothing written. With a field, in the same step the value is kept in it unless one is there
+# (the first copy's wins) and {1, the kept value} comes back: EVALUATE commits its grade so before
+# tearing the runtimes down, and a copy re-run after a teardown began never grades again.
 LEASE_CONFIRM = Lua("lease_confirm", _TAKEN_OVER + """
-if taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4]) then return 0 end
-local now = redis.call('TIME')
-local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return 1
-""")
-
-# KEYS as LEASE_CONFIRM's; ARGV: as LEASE_CONFIRM's, then a session field and a value. LEASE_CONFIRM
-# and, in the same step, the value kept in the field unless one is there (the first copy's wins):
-# {1, the kept value} while held, {0} when taken over (nothing written). EVALUATE commits its grade
-# so before tearing the runtimes down: a copy re-run after a teardown began never grades again.
-LEASE_COMMIT = Lua("lease_commit", _TAKEN_OVER + """
 if taken_over(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[4]) then return {0} end
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if not ARGV[5] then return {1} end
 if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSETNX', KEYS[4], ARGV[5], ARGV[6]) end
 return {1, redis.call('HGET', KEYS[4], ARGV[5]) or ARGV[6]}
 """)

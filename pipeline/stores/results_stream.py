@@ -166,8 +166,7 @@ class ResultsStream:
         """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
         resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
                                   count=count, block=None if pending else block_ms)
-        entries = [e for _, got in (resp or []) for e in map(_entry, got) if e is not None]
-        return entries
+        return [e for _, got in (resp or []) for e in map(_entry, got) if e is not None]
 
     def claim_stale(self, group: str, consumer: str, min_idle_ms: int, count: int = 100) -> list[StreamEntry]:
         """Take over entries another consumer read but has not acked for ``min_idle_ms`` (it
