@@ -153,6 +153,37 @@ def _checked_int(literal: str) -> int:
     return value
 
 
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON: ``orjson.dumps``, except that what orjson refuses and
+    JSON allows -- an integer beyond 64 bits, e.g. in tool-call arguments a model emitted -- is
+    written exactly by the stdlib (a non-finite float becomes null there too, as orjson writes
+    it). A value JSON cannot hold still raises TypeError."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def exact_json(raw: bytes | str, parsed: Any) -> Any:
+    """``parsed`` (``orjson.loads(raw)``, so ``raw`` is strict JSON), or, when ``raw`` holds an
+    integer beyond 64 bits that orjson rounded to a float, ``raw`` parsed again keeping it exact
+    (a big integer a harness sends back in a tool call's input must render as the model wrote
+    it). Raises ValueError for an integer literal too long for Python (4,300 digits)."""
+    if inexact_integer(raw.encode() if isinstance(raw, str) else raw) is None:
+        return parsed
+    return json.loads(raw)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value - value == 0 else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def inexact_integer(raw: bytes) -> str | None:
     """An integer literal in the JSON text ``raw`` beyond the 64-bit range (the first), or None.
     orjson reads such a literal as a float, silently rounding it (2**70 comes back as

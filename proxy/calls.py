@@ -24,7 +24,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Request, Response
 
-from pipeline.codec import nesting_depth_exceeds
+from pipeline.codec import exact_json, json_bytes, nesting_depth_exceeds
 from pipeline.credentials import session_of_key
 from pipeline.settings import Settings
 from proxy.client_watch import client_socket
@@ -163,7 +163,7 @@ class ModelCalls:
 
 
 def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
-    return orjson.dumps(response)
+    return json_bytes(response)
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:
@@ -291,8 +291,8 @@ def json_body_and_bytes(req: Request) -> tuple[Any, bytes]:
         raw = decoded(raw, encoding, limit or Settings.model_fields["max_request_bytes"].default)
     try:
         # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
-        body = orjson.loads(raw)
-    except (orjson.JSONDecodeError, RecursionError) as exc:
+        body = exact_json(raw, orjson.loads(raw))  # integers beyond 64 bits kept exact, not rounded
+    except (ValueError, RecursionError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise BadRequest(f"malformed JSON body: {exc}") from None
     # Depth needs an open bracket per level: a body with fewer of them (strings included, counted
     # in C) cannot exceed it, and most requests are decided without walking them.
@@ -310,7 +310,7 @@ def _more_input(req: Request) -> bool:
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+    return Response(json_bytes(payload), status=status, mimetype="application/json")
 
 
 def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: int) -> ProxyError:
@@ -332,7 +332,7 @@ def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: in
 def error_answer(provider: Provider, err: ProxyError, method: str, path: str) -> Answer:
     if err.status >= 500:
         log.warning("%s %s: %s", method, loggable(path), err.message)
-    return Answer(err.status, JSON, orjson.dumps(provider.error(err)))
+    return Answer(err.status, JSON, json_bytes(provider.error(err)))
 
 
 def loggable(path: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from pipeline.codec import json_bytes
 
 
 def data_event(payload: Any) -> bytes:
@@ -20,4 +20,4 @@ def done_event() -> bytes:
 
 
 def _dumps(payload: Any) -> bytes:
-    return orjson.dumps(payload)
+    return json_bytes(payload)

@@ -13,8 +13,7 @@ import json
 import re
 from typing import Any
 
-import orjson
-
+from pipeline.codec import json_bytes
 from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Headers,
@@ -399,8 +398,8 @@ class GoogleStream:
         last = dict(response)
         last["candidates"] = [{**candidate, "content": {"role": "model", "parts": candidate["content"]["parts"][-1:]}}]
         chunks.append(last)
-        return [data_event(c) for c in chunks] if self.sse else [orjson.dumps(chunks)]
+        return [data_event(c) for c in chunks] if self.sse else [json_bytes(chunks)]
 
     def error(self, err: ProxyError) -> list[bytes]:
         body = Google().error(err)
-        return [data_event(body)] if self.sse else [orjson.dumps([body])]
+        return [data_event(body)] if self.sse else [json_bytes([body])]

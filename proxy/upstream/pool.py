@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.codec import json_bytes
 from proxy.errors import UpstreamError, UpstreamRejected
 from proxy.upstream.ids_text import parse_answer
 from proxy.upstream.keepalive import KeepAliveTransport
@@ -44,7 +45,7 @@ class UpstreamPool:
         """POST to the session's endpoint (falling over when it cannot be reached); returns the
         JSON answer and the endpoint that gave it. ``ids_text``: a top-level key of the answer
         whose token ids stay JSON text (``ids_text.IdsText``) instead of being parsed."""
-        payload = orjson.dumps(body)
+        payload = json_bytes(body)
         last: BaseException | None = None
         for base in self.order(affinity):
             try:

@@ -20,7 +20,8 @@ def fake_stack(tmp_path_factory):
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
 POLICIES = {"sdk-tools": str(FIXTURES / "sdk_tools_policy.json"),
-            "sdk-think": str(FIXTURES / "sdk_think_policy.json")}
+            "sdk-think": str(FIXTURES / "sdk_think_policy.json"),
+            "sdk-bigint": str(FIXTURES / "sdk_bigint_policy.json")}
 
 
 def _ref_stack(tmp_path_factory, model_dir, dialect: str):

@@ -1,6 +1,7 @@
 """pipeline/codec.py: JSON nesting limits (the level-by-level walk agrees with a plain recursive
 depth on arbitrary JSON, exactly at the limit), and the extension types of completion records
-(packed ids and floats, JSON documents) giving back exactly what went in."""
+(packed ids and floats, JSON documents) giving back exactly what went in; JSON text in and out
+keeping integers beyond 64 bits exact."""
 
 from __future__ import annotations
 
@@ -13,7 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.codec import JSON_DOC, U32_ARRAY, f64_array, json_doc, nesting_depth_exceeds, pack, u32_array, unpack
+from pipeline.codec import (
+    JSON_DOC,
+    U32_ARRAY,
+    exact_json,
+    f64_array,
+    json_bytes,
+    json_doc,
+    nesting_depth_exceeds,
+    pack,
+    u32_array,
+    unpack,
+)
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
@@ -96,3 +108,28 @@ def test_a_corrupt_extension_fails_to_decode_and_unknown_codes_pass_through():
     with pytest.raises(ValueError):
         unpack(pack(msgpack.ExtType(U32_ARRAY, b"\x01\x02\x03")))  # not a whole number of ids
     assert unpack(pack(msgpack.ExtType(42, b"x"))) == msgpack.ExtType(42, b"x")
+
+
+WIDE_JSON = st.recursive(st.none() | st.booleans() | st.integers(min_value=-(10**40), max_value=10**40)
+                         | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+                         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+                         max_leaves=30)
+
+
+@given(WIDE_JSON)
+def test_json_bytes_and_exact_json_round_trip_integers_of_any_width(value):
+    raw = json_bytes(value)
+    assert exact_json(raw, orjson.loads(raw)) == value
+
+
+def test_wide_integers_are_written_and_read_exactly_where_orjson_refuses_or_rounds():
+    wide = {"id": 123456789012345678901234567890, "n": -(2**64), "x": [1.5, float("inf")], "s": "é"}
+    assert orjson.loads(json_bytes(wide)) == {"id": 1.2345678901234568e29, "n": float(-(2**64)), "x": [1.5, None], "s": "é"}
+    raw = json_bytes(wide)
+    assert b"123456789012345678901234567890" in raw and "é".encode() in raw  # exact, and not \u-escaped
+    parsed = orjson.loads(raw)
+    assert exact_json(raw, parsed) == {**wide, "x": [1.5, None]}
+    narrow = b'{"seed": 18446744073709551615, "hash": "1234567890123456789012345"}'  # 2**64-1 fits; a string is no integer
+    assert exact_json(narrow, (p := orjson.loads(narrow))) is p
+    with pytest.raises(TypeError):
+        json_bytes({"x": object()})
