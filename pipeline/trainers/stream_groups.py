@@ -8,7 +8,8 @@ Acks: a group's entries are acked when the loop asks for the next group, or when
 calls ``group.ack()`` -- do that before a ``break`` that keeps the group (a generator cannot tell
 a ``break`` from an exception, and a training step that raises must get its group again). A
 group neither acked nor followed by another comes again from the stream, to this consumer on
-its restart.
+its restart. A group's size comes from the API (the task's status): while the API is down or
+answers 5xx, the loop waits and retries, as ``results()`` does for Redis, rather than ending.
 
 One consumer per consumer group: a consumer group spreads its entries over its consumers, so
 two consumers of one group would each hold part of a task's sessions and neither could close
@@ -19,13 +20,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any, Iterator
+
+import httpx
 
 from pipeline.trainers.groups import Group, usable
 
 log = logging.getLogger("polar.trainers")
 
 CLOSED_KEPT = 100_000  # a session can only arrive late for a recent group
+API_RETRY_FIRST_SECONDS, API_RETRY_MAX_SECONDS = 0.5, 30.0  # an API restart or outage is waited out
 
 
 def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | None = None,
@@ -65,18 +70,33 @@ def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
     or the task is gone from the API (its records expired: nothing to group it by)."""
     if client.task_closed(group, task_id):
         return False
-    try:
-        status = client.status(task_id, results=False)
-    except Exception as exc:  # the API's own "unknown task" (RolloutError), without importing the client here
-        error = getattr(exc, "body", None)
-        error = error.get("error") if isinstance(error, dict) else None
-        if getattr(exc, "status", None) != 404 or not isinstance(error, dict) or \
-                not str(error.get("message", "")).startswith("unknown task"):
-            raise  # any other 404 (a wrong api_url: no such route) is not a verdict on the task
-        log.warning("iter_groups: task %s is unknown to the API (expired?): its results are dropped", task_id)
-        return False
+    backoff = API_RETRY_FIRST_SECONDS
+    while True:
+        try:
+            status = client.status(task_id, results=False)
+            break
+        except httpx.TransportError as exc:  # the API is restarting or unreachable: wait, as results() waits for Redis
+            reason = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # the client's RolloutError, without importing the client here
+            code = getattr(exc, "status", None)
+            if isinstance(code, int) and code >= 500:
+                reason = f"HTTP {code}"
+            elif code == 404 and _unknown_task(exc):
+                log.warning("iter_groups: task %s is unknown to the API (expired?): its results are dropped", task_id)
+                return False
+            else:
+                raise  # any other 404 (a wrong api_url: no such route) or 4xx is not a verdict on the task
+        log.warning("iter_groups: the API cannot give task %s's size (%s); retrying in %.1fs", task_id, reason, backoff)
+        time.sleep(backoff)
+        backoff = min(API_RETRY_MAX_SECONDS, backoff * 2)
     sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions)
     return True
+
+
+def _unknown_task(exc: Exception) -> bool:
+    error = getattr(exc, "body", None)
+    error = error.get("error") if isinstance(error, dict) else None
+    return isinstance(error, dict) and str(error.get("message", "")).startswith("unknown task")
 
 
 def _ack_once(client: Any, group: str, task_id: str, taken: list[Any], acked: list[bool]) -> None:

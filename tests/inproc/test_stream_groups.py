@@ -114,3 +114,38 @@ def test_wait_gives_up_at_its_timeout_not_a_poll_later(client):
     with pytest.raises(TimeoutError):
         client.wait("slowpoke", timeout=0.3, poll_seconds=30)
     assert time.monotonic() - t0 < 10  # the old loop slept a whole poll (30 s) past its timeout
+
+
+class Restarting(httpx.BaseTransport):
+    """The API as a trainer sees it while it restarts: refused connections, then a 503 from the
+    load balancer, then the API itself."""
+
+    def __init__(self, api: httpx.BaseTransport) -> None:
+        self.api, self.faults = api, ["refused", "refused", 503]
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.faults:
+            fault = self.faults.pop(0)
+            if fault == "refused":
+                raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+            return httpx.Response(fault, json={"error": {"message": "no healthy upstream"}})
+        return self.api.handle_request(request)
+
+
+def test_an_api_restart_while_a_groups_size_is_asked_is_waited_out_not_fatal(client, r, monkeypatch, caplog):
+    monkeypatch.setattr("pipeline.trainers.stream_groups.API_RETRY_FIRST_SECONDS", 0.01)
+    restarting = Restarting(client._http._transport)
+    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    submit(client, "through", 2)
+    publish(r, "through", "t0", "t1")
+    with caplog.at_level(logging.WARNING, logger="polar.trainers"):
+        assert [(g.task_id, len(g.results)) for g in groups(flaky)] == [("through", 2)]
+    assert not restarting.faults and caplog.text.count("retrying in") == 3 and "HTTP 503" in caplog.text
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+    rude = RolloutClient("http://api.test", redis_url=client.redis_url, transport=httpx.MockTransport(
+        lambda request: httpx.Response(401, json={"error": {"message": "bad token"}})))
+    submit(client, "refused", 1)
+    publish(r, "refused", "f0")
+    with pytest.raises(Exception) as info:  # a 4xx other than "unknown task" is no outage: it ends the loop
+        list(iter_groups(rude, group="g2", consumer="c", block_ms=50, stop_after=0.3))
+    assert getattr(info.value, "status", None) == 401
