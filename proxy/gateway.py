@@ -182,8 +182,9 @@ class Gateway:
     def complete(self, call: Call, encode: Callable[[Turn, dict[str, Any]], T]) -> tuple[Turn, dict[str, Any], T]:
         """Run an admitted call and release it on every path (also when a stream's client has
         gone), so POSTRUN's in-flight wait and the pause drain are exact. The answer is rendered
-        and ``encode``d (the caller's bytes) while Redis writes the record: the release's round
-        trip costs the call no time of its own, and the answer still leaves only once recorded."""
+        and ``encode``d (the caller's bytes) before the record is written: a turn the caller
+        cannot be given is kept as an error, never as a completion (an SDK retries the 5xx and
+        would have sampled -- and recorded -- the turn again). It leaves only once recorded."""
         sid, parsed = call.session_id, call.parsed
         try:
             chat, normalizations = self._engine_request(parsed)
@@ -226,18 +227,19 @@ class Gateway:
                     plan, sid, completion_id=completion_id, seq=call.seq, chat=chat, sampled=sampled,
                     prompt_ids=id_list(captured.prompt_ids), response_ids=captured.response_ids,
                     finish_reason=captured.finish_reason)
+            response = call.provider.render(turn, parsed)
+            encoded = encode(turn, response)
         except ProxyError as err:
             self.fail(call.lease, call.provider.name, err, call.original, call.started)
+            raise
+        except Exception as exc:  # a bug: kept as an error record; the caller answers it as a 502 and logs it
+            self.fail(call.lease, call.provider.name, UpstreamError(f"internal proxy error: {type(exc).__name__}"),
+                      call.original, call.started)
             raise
         except BaseException:
             self.abandon(call.lease)
             raise
-        pending = self._send_release(call.lease, commands)
-        try:
-            response = call.provider.render(turn, parsed)
-            encoded = encode(turn, response)
-        finally:
-            pending.replies()  # a Redis failure here fails the call: nothing unrecorded is answered
+        self._send_release(call.lease, commands).replies()  # a Redis failure fails the call: nothing unrecorded is answered
         self.metrics.written("completion")
         self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
                               latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)

@@ -60,6 +60,30 @@ def test_upstream_failures_in_the_callers_format(proxy_app, redis_url, kind, mod
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_that_cannot_be_rendered_is_kept_as_an_error_never_as_a_completion(proxy_app, redis_url, r,
+                                                                                     monkeypatch, kind, stream):
+    """A fault in rendering the caller's answer (a bug, or a value its encoder refuses -- wide
+    integers were one) after the engine answered: the caller gets a 502 it may retry, and the
+    session holds an error record, not a completion the agent never received (each SDK retry
+    would have recorded another)."""
+    from proxy.providers import PROVIDERS
+
+    def broken(self, turn, parsed):
+        raise RuntimeError("render bug")
+
+    monkeypatch.setattr(type(PROVIDERS[PROVIDER_OF[kind]]), "render", broken)
+    key = running_session(redis_url)
+    with pytest.raises(Exception) as info:
+        call(kind, sdk_clients(proxy_app, key), "fake", stream=stream)
+    assert (getattr(info.value, "status_code", None) or getattr(info.value, "code", None)) == 502
+    assert "internal proxy error: RuntimeError" in str(info.value)
+    done, errors = records(redis_url, key)
+    assert done == [] and len(errors) == 1 and errors[0]["status_code"] == 502
+    assert SessionStore(r).inflight_calls(sid_of(key)) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("credential", ["unknown", "session_id", "other_sessions_key", "ended"])
 def test_only_a_live_sessions_own_key_is_accepted_in_every_format(proxy_app, redis_url, r, kind, credential):
     key = running_session(redis_url)
