@@ -104,9 +104,11 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
         raise BadRequest("generationConfig must be an object", param="generationConfig")
     if cfg.get("candidateCount", 1) not in (1, None):
         raise UnsupportedFeature("only candidateCount 1 is supported", param="generationConfig.candidateCount")
-    for src, dst in (("temperature", "temperature"), ("topP", "top_p"), ("presencePenalty", "presence_penalty"),
-                     ("frequencyPenalty", "frequency_penalty")):
-        if opt_number(cfg, src, param=f"generationConfig.{src}") is not None:
+    for src, dst, within in (("temperature", "temperature", (0.0, 2.0)), ("topP", "top_p", (0.0, 1.0)),
+                             ("presencePenalty", "presence_penalty", None),
+                             ("frequencyPenalty", "frequency_penalty", None)):
+        # Gemini's own ranges for temperature and topP (vLLM's are wider): its 400 outside them
+        if opt_number(cfg, src, param=f"generationConfig.{src}", within=within) is not None:
             chat[dst] = cfg[src]
     for src, dst, low in (("topK", "top_k", 1), ("maxOutputTokens", "max_tokens", 1), ("seed", "seed", 0)):
         if (whole := opt_int(cfg, src, minimum=low, param=f"generationConfig.{src}")) is not None:

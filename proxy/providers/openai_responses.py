@@ -179,6 +179,10 @@ def _check_types(body: dict[str, Any]) -> None:
     effort = (body.get("reasoning") or {}).get("effort")
     if effort is not None and not isinstance(effort, str):
         raise BadRequest("'reasoning.effort' must be a string", param="reasoning.effort")
+    if body.get("instructions") is not None and not isinstance(body["instructions"], str):
+        raise BadRequest("'instructions' must be a string", param="instructions")  # not dropped unread
+    if body.get("truncation") not in (None, "auto", "disabled"):
+        raise BadRequest("'truncation' must be 'auto' or 'disabled'", param="truncation")
 
 
 def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
@@ -324,7 +328,7 @@ class OpenAIResponses(ProviderBase):
         extra["created_at"] = int(time.time())
         extra["echo"] = {k: body.get(k) for k in ("instructions", "tools", "tool_choice", "parallel_tool_calls",
                                                  "previous_response_id", "reasoning", "temperature", "top_p",
-                                                 "max_output_tokens", "metadata")}
+                                                 "max_output_tokens", "metadata", "truncation")}
         extra["echo"]["text"] = {"format": extra["text_format"]}
         return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"),
                       top_logprobs=top_logprobs(body, "top_logprobs"), extra=extra)
@@ -341,7 +345,9 @@ class OpenAIResponses(ProviderBase):
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
                 "store": parsed.extra["store"], "text": echo["text"], "top_logprobs": parsed.top_logprobs,
-                "truncation": "disabled"}
+                # "auto" is echoed as asked: a prompt over the context is cut by the harness's own
+                # compaction or refused with the engine's context error, never truncated silently here.
+                "truncation": echo["truncation"] or "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:
         cut = turn.finish_reason == "length"

@@ -215,10 +215,21 @@ def test_reasoning_tokens_are_reported_apart_in_responses_and_gemini_usage():
     ({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]},
      BadRequest),
     ({"model": "m", "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, BadRequest),  # no tools
+    ({"model": "m", "input": "x", "instructions": [{"role": "developer", "content": "rules"}]}, BadRequest),  # not dropped
+    ({"model": "m", "input": "x", "instructions": 123}, BadRequest),
+    ({"model": "m", "input": "x", "truncation": "sometimes"}, BadRequest),
 ])
 def test_responses_bad_requests(body, error):
     with pytest.raises(error):
         R.parse(body)
+
+
+@pytest.mark.parametrize("asked, echoed", [(None, "disabled"), ("disabled", "disabled"), ("auto", "auto")])
+def test_responses_echo_the_truncation_asked_for(asked, echoed):
+    body = {"model": "m", "input": "x", **({"truncation": asked} if asked else {})}
+    parsed = R.parse(body)
+    assert Response.model_validate(R.render(turn(content="ok"), parsed)).truncation == echoed
+    assert R.shell(parsed, "in_progress")["truncation"] == echoed
 
 
 def test_responses_tool_choice_forces_a_custom_tool_or_limits_to_allowed_ones():
@@ -372,6 +383,8 @@ def test_gemini_response_validates_with_the_sdk():
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": "yes"}},
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"responseLogprobs": True, "logprobs": 21}},
     {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"topK": 2.5}},
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"temperature": 5}},  # Gemini's range: 0..2
+    {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"topP": 1.5}},
     {"contents": [{"parts": [{"text": "x"}]}], "tools": [{"functionDeclarations": [{"name": "f"}]}],
      "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
 ])
