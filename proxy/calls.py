@@ -81,19 +81,22 @@ class ModelCalls:
         """One model call (``body``: already parsed, or None), answered in its provider's format."""
         provider = PROVIDERS[route.provider]
         received = time.perf_counter()
+        admitted: list[str] = []  # the call's request id, once admitted
         try:
-            response, answered = self._generate(req, provider, route, key, body, received)
+            response, answered = self._generate(req, provider, route, key, body, received, admitted)
         except Exception as exc:
             err = as_proxy_error(exc, req.method, req.path, self.max_request_bytes)
             self.metrics.failed(provider.name, type(err).__name__)
             self.metrics.answered(provider.name, err.status)
+            if admitted:
+                err.request_id = admitted[0]
             return error_answer(provider, err, req.method, req.path)
         if answered:
             self.metrics.answered(provider.name, 200)
         return response
 
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
-                  received: float) -> tuple[Answer, bool]:
+                  received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
         # The admission's round trip runs while the body is parsed (and translated, where that
         # reads no per-session state); its verdict is read before anything acts on the request.
@@ -112,13 +115,14 @@ class ModelCalls:
             raise
         lease, seq, version, token_in = gw.admitted(admission)  # a refused call is refused first
         started = time.time()
+        admitted.append(request_id(lease.session_id, seq))
         try:
             if early is not None:
                 raise early
             if parsed is None:
                 parsed = _parse(provider, body, route, provider.context(body, scope))
         except ProxyError as err:
-            gw.fail(lease, provider.name, err, body, started)
+            gw.fail(lease, seq, provider.name, err, body, started)
             raise
         except BaseException:
             gw.abandon(lease)
@@ -127,10 +131,10 @@ class ModelCalls:
                     client_socket(req.environ) if self.watch_clients else None)
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
-            return Answer(200, JSON, answer), True
-        return self._stream(call)
+            return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
+        return self._stream(call, admitted[0])
 
-    def _stream(self, call: Call) -> tuple[Answer, bool]:
+    def _stream(self, call: Call, rid: str) -> tuple[Answer, bool]:
         """The answer as its API's event stream: in one write when the engine answers within the
         keepalive interval (an HTTP error status is then still possible), else opened at once and
         kept alive while the engine works (the metrics count it when it ends)."""
@@ -140,7 +144,7 @@ class ModelCalls:
         if job.wait(self.keepalive):
             _, _, body = job.result()
             # One buffer: the server writes each item of a body as its own chunk and syscall.
-            return Answer(200, writer.content_type, b"".join(body), SSE_HEADERS), True
+            return Answer(200, writer.content_type, b"".join(body), [*SSE_HEADERS, *request_id_headers(rid)]), True
         metrics, provider, keepalive = self.metrics, call.provider.name, self.keepalive
 
         def events() -> Iterable[bytes]:
@@ -159,7 +163,7 @@ class ModelCalls:
             metrics.answered(provider, 200)
             yield from body
 
-        return Answer(200, writer.content_type, events(), SSE_HEADERS), False
+        return Answer(200, writer.content_type, events(), [*SSE_HEADERS, *request_id_headers(rid)]), False
 
 
 def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
@@ -332,7 +336,19 @@ def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: in
 def error_answer(provider: Provider, err: ProxyError, method: str, path: str) -> Answer:
     if err.status >= 500:
         log.warning("%s %s: %s", method, loggable(path), err.message)
-    return Answer(err.status, JSON, json_bytes(provider.error(err)))
+    headers = request_id_headers(err.request_id) if err.request_id else None
+    return Answer(err.status, JSON, json_bytes(provider.error(err)), headers)
+
+
+def request_id(session_id: str, seq: int) -> str:
+    """An admitted call's id, as the SDKs log it (``x-request-id`` for OpenAI's, ``request-id``
+    for Anthropic's): ``req_<session>_<seq>`` names the session and the call's ``seq`` in its
+    completion or error record. Public ids only: the session's key is never in it."""
+    return f"req_{session_id.removeprefix('sess-')}_{seq}"
+
+
+def request_id_headers(rid: str) -> list[tuple[str, str]]:
+    return [("x-request-id", rid), ("request-id", rid)]
 
 
 def loggable(path: str) -> str:

@@ -68,8 +68,8 @@ def new_completion_id() -> str:
     return f"cmpl-{os.urandom(16).hex()}"
 
 
-def build_error_record(*, session_id: str, provider: str, status: int, error_type: str, message: str,
+def build_error_record(*, session_id: str, seq: int, provider: str, status: int, error_type: str, message: str,
                        original: dict[str, Any], started_at: float, finished_at: float) -> bytes:
-    return pack({"session_id": session_id, "provider": provider, "status_code": status,
+    return pack({"session_id": session_id, "seq": seq, "provider": provider, "status_code": status,
                  "error_type": error_type, "message": message, "original_request": original,
                  "started_at": started_at, "finished_at": finished_at})

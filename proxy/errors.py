@@ -30,6 +30,7 @@ class ProxyError(PolarError):
     type = "api_error"
     code: str | None = None
     details: dict[str, Any] | None = None  # machine-readable detail a vendor's error carries (Anthropic's)
+    request_id: str | None = None  # the admitted call's id (``calls.request_id``), once there is one
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)

@@ -165,11 +165,11 @@ class Gateway:
         return self.hot.send([*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
                               *control])
 
-    def fail(self, lease: Lease, provider: str, err: ProxyError, original: Any, started: float) -> None:
+    def fail(self, lease: Lease, seq: int, provider: str, err: ProxyError, original: Any, started: float) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""
         sid = lease.session_id
         self._release(lease, self.stores.records.append_error_commands(sid, build_error_record(
-            session_id=sid, provider=provider, status=err.status, error_type=type(err).__name__,
+            session_id=sid, seq=seq, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
             started_at=started, finished_at=time.time())))
         self.metrics.written("error")
@@ -230,11 +230,11 @@ class Gateway:
             response = call.provider.render(turn, parsed)
             encoded = encode(turn, response)
         except ProxyError as err:
-            self.fail(call.lease, call.provider.name, err, call.original, call.started)
+            self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started)
             raise
         except Exception as exc:  # a bug: kept as an error record; the caller answers it as a 502 and logs it
-            self.fail(call.lease, call.provider.name, UpstreamError(f"internal proxy error: {type(exc).__name__}"),
-                      call.original, call.started)
+            self.fail(call.lease, call.seq, call.provider.name,
+                      UpstreamError(f"internal proxy error: {type(exc).__name__}"), call.original, call.started)
             raise
         except BaseException:
             self.abandon(call.lease)

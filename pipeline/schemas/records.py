@@ -65,6 +65,7 @@ class UpstreamErrorRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     session_id: str
+    seq: int | None = None  # the call's number in its session, as in its request id (None: written before it was kept)
     provider: str
     started_at: float
     finished_at: float

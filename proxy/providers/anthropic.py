@@ -344,7 +344,7 @@ class Anthropic(ProviderBase):
         error: dict[str, Any] = {"type": kind, "message": error_message(err)}
         if err.details:
             error["details"] = err.details
-        return {"type": "error", "error": error, "request_id": None}
+        return {"type": "error", "error": error, "request_id": err.request_id}
 
 
 def error_message(err: ProxyError) -> str:

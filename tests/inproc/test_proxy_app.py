@@ -374,3 +374,25 @@ def test_chat_stream_null_is_not_streamed(proxy_app, redis_url):
     assert answer.choices[0].message.content and records(redis_url, key)[0][0]["stream"] is False
     with pytest.raises(openai.BadRequestError, match="'stream' must be a boolean"):
         sdk_clients(proxy_app, key)["openai"].chat.completions.create(model="fake", messages=MSG, stream="yes")
+
+
+def test_every_admitted_call_answers_with_a_request_id_naming_its_record(proxy_app, redis_url):
+    """The id an SDK logs (``_request_id``: OpenAI's ``x-request-id``, Anthropic's ``request-id``
+    header and error body) names the session and the seq of the call's record, never its key."""
+    key = running_session(redis_url)
+    sdks = sdk_clients(proxy_app, key)
+    sid = sid_of(key).removeprefix("sess-")
+    chat = sdks["openai"].chat.completions.create(model="fake", messages=MSG)
+    assert chat._request_id == f"req_{sid}_1"
+    streamed = sdks["anthropic"].messages.with_raw_response.create(model="fake", max_tokens=8, messages=MSG,
+                                                                   stream=True)
+    assert streamed.headers["request-id"] == f"req_{sid}_2" and key not in str(streamed.headers)
+    with pytest.raises(anthropic.UnprocessableEntityError) as info:
+        sdks["anthropic"].messages.create(model="reject-422", max_tokens=8, messages=MSG)
+    assert info.value.request_id == f"req_{sid}_3" and info.value.body["request_id"] == f"req_{sid}_3"
+    done, errors = records(redis_url, key)
+    assert [r["seq"] for r in done] == [1, 2] and [e["seq"] for e in errors] == [3]
+    with pytest.raises(anthropic.NotFoundError) as refused:  # never admitted: no id to give
+        sdk_clients(proxy_app, new_session_key(new_session_id()))["anthropic"].messages.create(
+            model="fake", max_tokens=8, messages=MSG)
+    assert refused.value.request_id is None and refused.value.body["request_id"] is None
