@@ -25,6 +25,8 @@ from pipeline.stores.outputs import OutputStore
 from pipeline.stores.ready import ReadyBuffer
 from pipeline.stores.sessions import SessionStore
 
+CREATE_ATTEMPTS = 3  # transactions interrupted by a lost connection before a submission is a 503
+
 
 class TaskStore:
     def __init__(self, r: redis.Redis, sessions: SessionStore, ready: ReadyBuffer, outputs: OutputStore,
@@ -47,34 +49,45 @@ class TaskStore:
         key = keys.task(request.task_id)
         specs = SessionSpec.expand(request)
         payload = request.model_dump_json()  # before anything is written: it may fail
-        now = time.time()
-        with self._r.pipeline(transaction=True) as pipe:
+        for _ in range(CREATE_ATTEMPTS):
+            now = time.time()
             try:
-                pipe.watch(key)
-                if pipe.exists(key):
-                    raise TaskExists(request.task_id)
-                pipe.multi()
-                pipe.hset(key, mapping={"created_at": repr(now), "request": payload,
-                                        "state": TaskState.PENDING.value, "total": len(specs)})
-                priority = init_priority(request.dispatch_priority)
-                init = Stage.INIT
-                for spec in specs:
-                    self.sessions.register(spec, pipe)
-                    note_sent(pipe, spec.session_id, init)  # cleared when INIT starts; else the reaper resends
-                    pipe.lpush(queue_key(init.queue, priority),
-                               stage_message(init.task_name, spec.session_id, init.queue, priority))
-                pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
-                pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
-                pipe.zremrangebyscore(keys.TASKS_INDEX, "-inf", repr(now - self._ttl))  # bounded
-                lifetime = int(request.timeout_seconds) + self._ttl + 3600  # as its sessions
-                for k in (key, keys.task_sessions(request.task_id)):
-                    pipe.expire(k, lifetime)
-                pipe.execute()
+                self._create(request, key, specs, payload, now)
+                return specs
             except redis.WatchError:
+                # A submission of the same id in between -- or redis-py's word for a connection
+                # lost while watching, the EXEC unsent or sent: whose task is it, if any?
+                stamp = self._r.hget(key, "created_at")
+                if stamp is None:
+                    continue  # nothing was written: try again
+                if text(stamp) == repr(now) and text(self._r.hget(key, "request") or b"") == payload:
+                    return specs  # this call's own EXEC went through before the connection dropped
                 raise TaskExists(request.task_id) from None
-        return specs
+        raise redis.ConnectionError(f"task {request.task_id} could not be stored: its transaction was "
+                                    f"interrupted {CREATE_ATTEMPTS} times")
 
-
+    def _create(self, request: TaskRequest, key: str, specs: list[SessionSpec], payload: str, now: float) -> None:
+        with self._r.pipeline(transaction=True) as pipe:
+            pipe.watch(key)
+            if pipe.exists(key):
+                raise TaskExists(request.task_id)
+            pipe.multi()
+            pipe.hset(key, mapping={"created_at": repr(now), "request": payload,
+                                    "state": TaskState.PENDING.value, "total": len(specs)})
+            priority = init_priority(request.dispatch_priority)
+            init = Stage.INIT
+            for spec in specs:
+                self.sessions.register(spec, pipe)
+                note_sent(pipe, spec.session_id, init)  # cleared when INIT starts; else the reaper resends
+                pipe.lpush(queue_key(init.queue, priority),
+                           stage_message(init.task_name, spec.session_id, init.queue, priority))
+            pipe.rpush(keys.task_sessions(request.task_id), *[s.session_id for s in specs])
+            pipe.zadd(keys.TASKS_INDEX, {request.task_id: now})
+            pipe.zremrangebyscore(keys.TASKS_INDEX, "-inf", repr(now - self._ttl))  # bounded
+            lifetime = int(request.timeout_seconds) + self._ttl + 3600  # as its sessions
+            for k in (key, keys.task_sessions(request.task_id)):
+                pipe.expire(k, lifetime)
+            pipe.execute()
 
     # --- reads -------------------------------------------------------------------------------
 
