@@ -360,3 +360,27 @@ def test_an_init_end_parks_the_session_in_ready_with_its_slot(d, sid):
     expiry = d.stores.r.zscore(keys.READY_SLOTS, sid)
     assert before + 59 < expiry < time.time() + 61
     assert d.stores.sessions.status(sid) == S.READY and queued(d, Stage.RUN) == 1
+
+
+def test_early_stop_still_happens_when_the_session_that_reached_the_count_died_before_cancelling(d):
+    """CALLBACK counted session A usable (the count reached early_stop_min_usable_sessions) and
+    its worker died before the cancel; B is counted next (above the count), then A's redelivered
+    copy: the rest is stopped all the same (it was left running: only == the count cancelled)."""
+    from pipeline.schemas import TokenLogprob, Trace, Trajectory
+    from workers.stages.callback import _early_stop
+
+    request = TaskRequest.model_validate({"task_id": "es", "instruction": "x", "num_samples": 4,
+                                          "early_stop_min_usable_sessions": 1, "agent": {"custom_shell": "true"}})
+    a, b, *rest = [s.session_id for s in d.stores.tasks.create(request)]
+
+    def usable(sid):
+        trace = Trace(prompt_ids=[1], response_ids=[2], loss_mask=[1.0],
+                      response_logprobs=[TokenLogprob(token_id=2, logprob=-0.1)], reward=1.0)
+        return SessionResult(session_id=sid, task_id="es", status=S.COMPLETED, reward=1.0,
+                             trajectory=Trajectory(traces=[trace]))
+
+    d.stores.tasks.count_usable("es", a)  # A's worker dies here
+    _early_stop(d, usable(b), 1)
+    # (A and B never left the INIT queue in this test: stopped with the rest)
+    assert [d.stores.sessions.get(sid).cancel_requested for sid in (a, b, *rest)] == [True] * 4
+    assert queued(d, Stage.POSTRUN) == 4  # idle in the INIT queue: moved to POSTRUN, which tears down

@@ -103,16 +103,20 @@ def _task_options(d: Deps, state: SessionState) -> tuple[str | None, int | None]
 
 
 def _early_stop(d: Deps, result: SessionResult, wanted: int | None) -> None:
-    """early_stop_min_usable_sessions: the usable session that reaches the count stops the rest
-    (they end CANCELLED; the task completes). Counted once per session, so a redelivery is safe."""
+    """early_stop_min_usable_sessions: a usable session that finds the count reached stops the
+    rest (they end CANCELLED; the task completes). Counted once per session; every usable session
+    at or past the count cancels (a repeated cancel only finds what is left), so a worker that
+    died between counting and cancelling cannot leave the rest running once another is counted."""
     if not wanted or not groups.usable(result):
         return
-    if d.stores.tasks.count_usable(result.task_id, result.session_id) == wanted:
+    usable = d.stores.tasks.count_usable(result.task_id, result.session_id)
+    if usable >= wanted:
         moved, flagged = d.stores.tasks.cancel(result.task_id, early_stop=True)
         for sid in moved:  # not held by any worker: POSTRUN tears their runtime down
             d.dispatcher.send(Stage.POSTRUN, sid)
-        log.info("task %s: %d usable sessions, the other %d stopped early", result.task_id, wanted,
-                 len(moved) + flagged)
+        if moved or flagged:
+            log.info("task %s: %d usable sessions, the other %d stopped early", result.task_id, usable,
+                     len(moved) + flagged)
 
 
 def _save_file(d: Deps, result: SessionResult, records: SessionRecords) -> Path | None:
