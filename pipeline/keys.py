@@ -118,6 +118,10 @@ LEASE_OWNER = f"{PREFIX}:{{leases}}:owner"
 # entry; one that stays while its queue is empty was lost (an API that died between storing a
 # task and dispatching it, a worker killed right after fetching a message) and is sent again.
 LEASE_SENT = f"{PREFIX}:{{leases}}:sent"
+# Expired leases a reaper pass has seen, not taken yet: member -> "<its expiry>:<when first seen
+# expired>" (Redis ms). A lease is taken only once seen expired for a grace: after a Redis outage
+# every lease looks expired at once, and their live holders renew them within the grace.
+LEASE_SEEN_EXPIRED = f"{PREFIX}:{{leases}}:seen_expired"
 
 # --- metrics (pipeline/stores/stage_metrics.py: fixed field sets, bounded) ---------------------
 

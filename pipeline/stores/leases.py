@@ -4,8 +4,9 @@ the one-pass-at-a-time lock of the reaper.
 Celery may deliver a stage task twice (visibility timeout, a retried lost worker, a crash
 between publishing the next stage and acking). The lease makes a second copy step aside while
 the first is alive. A worker that dies stops renewing; the reaper takes its expired lease
-(``take_expired``: each to exactly one reaper) and sends the stage again, whose guard then
-recovers. Leases live in one sorted set scored by expiry (plus an owner hash), so finding the
+(``take_expired``: each to exactly one reaper, once seen expired for a grace -- a Redis outage
+makes every lease look expired, and the live holders renew theirs in that time) and sends the
+stage again, whose guard then recovers. Leases live in one sorted set scored by expiry (plus an owner hash), so finding the
 lost ones costs O(lost), not a scan of every live session. Times are Redis server time.
 """
 
@@ -28,6 +29,7 @@ from pipeline.stores.sessions import done_field
 
 _KEYS = [keys.LEASE_EXPIRY, keys.LEASE_OWNER]
 IDLE_EXIT_SECONDS = 60.0  # a lease keeper thread with nothing to renew ends after this
+RECONNECT_SECONDS = 6.0  # longer than the patient client's longest wait between retries (stores/connection.py)
 
 
 class StageLease:
@@ -197,9 +199,19 @@ def sent_before(r: redis.Redis, cutoff: float, limit: int = 1000) -> list[tuple[
     return out
 
 
-def take_expired(r: redis.Redis, limit: int = 1000) -> list[tuple[str, Stage]]:
-    """(session, stage) of leases whose holder stopped renewing, each handed to one caller."""
-    members = lua.bind(r, lua.LEASE_TAKE_EXPIRED)(keys=_KEYS, args=[limit]) or []
+def take_grace_seconds(ttl_seconds: float) -> float:
+    """How long a lease stays expired before the reaper takes it: half its TTL, and longer than a
+    live holder takes to reconnect after an outage (the ``patient`` client's retries wait up to
+    5 s apart) and renew it -- time in Redis jumps past every expiry while it is away."""
+    return max(ttl_seconds / 2, RECONNECT_SECONDS)
+
+
+def take_expired(r: redis.Redis, grace_seconds: float = 0.0, limit: int = 1000) -> list[tuple[str, Stage]]:
+    """(session, stage) of leases whose holder stopped renewing, each handed to one caller: those
+    seen expired by an earlier call at least ``grace_seconds`` ago and never renewed since (0:
+    every expired lease now)."""
+    members = lua.bind(r, lua.LEASE_TAKE_EXPIRED)(keys=[*_KEYS, keys.LEASE_SEEN_EXPIRED],
+                                                  args=[limit, int(grace_seconds * 1000)]) or []
     out = []
     for m in members:
         stage, _, sid = text(m).partition(":")

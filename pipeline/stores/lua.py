@@ -308,17 +308,44 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 return redis.call('LPUSH', KEYS[2], ARGV[3])
 """)
 
-# KEYS[1] lease expiry zset, KEYS[2] lease owner hash. ARGV: max count. Removes and returns up
-# to that many expired leases (their holders died): each is returned to exactly one caller.
+# KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] seen-expired hash. ARGV: max count,
+# grace (ms). Removes and returns up to that many leases (their holders died: each returned to
+# exactly one caller) that have stayed expired -- the same expiry, never renewed -- for the grace
+# since a pass first saw them so; marks the newly expired ones. Time in Redis jumps past every
+# lease's expiry in an outage (or a failover to a host whose clock is ahead): the live holders
+# reconnect and renew within the grace, so only the dead are taken. Forgets what was renewed,
+# released or taken since it was seen. A grace of 0 takes every expired lease at once.
 LEASE_TAKE_EXPIRED = Lua("lease_take_expired", """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, m in ipairs(gone) do
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('HDEL', KEYS[2], m)
+local grace = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local taken = {}
+for i = 1, #gone, 2 do
+  local m, exp = gone[i], gone[i + 1]
+  local seen = redis.call('HGET', KEYS[3], m)
+  local stamp, at = nil, nil
+  if seen then
+    local sep = string.find(seen, ':', 1, true)
+    stamp, at = string.sub(seen, 1, sep - 1), tonumber(string.sub(seen, sep + 1))
+  end
+  if grace <= 0 or (stamp == exp and t - at >= grace) then
+    redis.call('ZREM', KEYS[1], m)
+    redis.call('HDEL', KEYS[2], m)
+    redis.call('HDEL', KEYS[3], m)
+    taken[#taken + 1] = m
+  elseif stamp ~= exp then
+    redis.call('HSET', KEYS[3], m, exp .. ':' .. t)
+  end
 end
-return gone
+if redis.call('HLEN', KEYS[3]) > #gone / 2 - #taken then  -- entries of leases no longer expired
+  local entries = redis.call('HGETALL', KEYS[3])
+  for i = 1, #entries, 2 do
+    local score = redis.call('ZSCORE', KEYS[1], entries[i])
+    if not score or tonumber(score) > t then redis.call('HDEL', KEYS[3], entries[i]) end
+  end
+end
+return taken
 """)
 
 # --- READY buffer ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import httpx
@@ -162,10 +163,12 @@ def test_an_evaluate_worker_stopped_past_its_lease_grades_each_session_once(chao
     again and, once the worker runs again, a second copy grades while the stalled one finishes.
     The stalled copy must neither write its grade nor tear down the runtime the other grades in
     (it did: the other's evaluator was killed and every session published reward 0)."""
-    import os
     import signal
 
-    stop = 2 * chaos_stack.settings.stage_lease_seconds + 2 * chaos_stack.settings.reaper_interval_seconds
+    from pipeline.stores.leases import take_grace_seconds
+
+    lease = chaos_stack.settings.stage_lease_seconds  # expired, seen so for the grace, then taken by a pass
+    stop = 2 * lease + take_grace_seconds(lease) + 2 * chaos_stack.settings.reaper_interval_seconds
     # The grading outlasts the stop: the stalled copy's evaluator is still running when the other starts.
     task_id = chaos_client.submit(task(samples=3, evaluate_sleep=stop + 2))
     busy_within(chaos_client, task_id, "EVALUATING", 90)
@@ -183,3 +186,29 @@ def test_an_evaluate_worker_stopped_past_its_lease_grades_each_session_once(chao
     status = chaos_client.status(task_id)
     assert row["completed"] == row["submitted"], row
     assert [r.reward for r in status.results] == [1.0] * row["submitted"], [(r.reward, r.error) for r in status.results]
+
+
+def test_redis_away_longer_than_the_stage_lease_takes_no_live_stage_from_its_worker(chaos_stack, chaos_client):
+    """Redis stopped (SIGSTOP: every client waits) for twice the stage lease while the sessions
+    are in INIT's prepare, which needs no Redis: its clock then jumps past every lease. The live
+    INIT workers renew theirs within the reaper's grace, so none is taken and sent again (each
+    session ended ERROR "init worker lost" though no worker died)."""
+    import signal
+
+    lease = chaos_stack.settings.stage_lease_seconds
+    task_id = chaos_client.submit(task(samples=2, prepare_sleep=2 * lease + 12))
+    mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage.INIT, 60)
+    assert mid
+    time.sleep(1)  # (both sessions' INIT under way)
+    pid = chaos_stack.pid("redis")
+    assert pid is not None
+    faulted = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(2 * lease)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    row = finish_and_report(chaos_stack, chaos_client, "Redis stopped for 2x the stage lease (INIT running)", task_id,
+                            faulted, mid, time.monotonic())
+    status = chaos_client.status(task_id)
+    assert row["completed"] == row["submitted"], [(r.status, r.error) for r in status.results]

@@ -21,7 +21,7 @@ import time
 from pipeline import results_dir
 from pipeline.messages import init_priority
 from pipeline.status import Stage
-from pipeline.stores.leases import sent_before, take_expired, try_reaper_pass
+from pipeline.stores.leases import sent_before, take_expired, take_grace_seconds, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
 from workers.runtimes import RuntimeHost, sweeper
 from workers.stages import artifacts
@@ -58,7 +58,7 @@ def reap_once(d: Deps) -> list[tuple[str, Stage]]:
     if not try_reaper_pass(d.stores.r, d.settings.reaper_interval_seconds):
         return []  # another worker's reaper has this round
     found: list[tuple[str, Stage]] = []
-    for sid, stage in take_expired(d.stores.r):
+    for sid, stage in take_expired(d.stores.r, take_grace_seconds(d.settings.stage_lease_seconds)):
         log.warning("reaper: %s of %s lost its worker; dispatching it again", stage.value, sid)
         resend(d, stage, sid)
         found.append((sid, stage))
