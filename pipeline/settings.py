@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     # A proxy renews the lease of each model call it holds every third of this; a killed proxy's
     # calls stop counting as in flight (pause, POSTRUN) after at most this long.
     call_lease_seconds: float = Field(default=15.0, gt=0)
+    # A model call arriving while the proxy cannot reach Redis (a restart, a failover) waits this
+    # long for it before its 503: an SDK's own retries give up within seconds.
+    proxy_redis_wait_seconds: float = Field(default=30.0, ge=0)
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
     result_ttl_seconds: int = Field(default=24 * 3600, gt=0)  # terminal SessionResult, for polling
     records_ttl_seconds: int = Field(default=3600, gt=0)  # raw completion records after publishing

@@ -35,13 +35,14 @@ from proxy.upstream.base import id_list
 
 CHAT_PATH = "/v1/chat/completions"
 T = TypeVar("T")
+REDIS_AWAY = (OSError, redis.ConnectionError, redis.TimeoutError)  # refused, reset, timed out, unreachable
 
 
 @dataclass(frozen=True)
 class Admission:
     key: str | None
     lease: Lease
-    pending: Pending  # the admission's round trip, sent
+    pending: Pending | None  # the admission's round trip, sent (None: Redis was away)
 
 
 @dataclass
@@ -111,6 +112,8 @@ class Gateway:
         lease, expiry = self.inflight.new(sid)
         try:
             return Admission(key, lease, self.hot.send(self._admit_commands(sid, key, lease.call_id, expiry)))
+        except REDIS_AWAY:
+            return Admission(key, lease, None)  # ``admitted`` waits for Redis and sends it again
         except BaseException:
             self.inflight.done(lease)
             raise
@@ -119,10 +122,18 @@ class Gateway:
         return [self.gate.begin_command(sid, key or "", call_id, expiry),
                 *self.stores.proxy_control.enter_commands(call_id, expiry)]
 
-    def admitted(self, admission: "Admission", retried: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+    def admitted(self, admission: "Admission", retried: bool = False,
+                 waiting: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
         lease, sid = admission.lease, admission.lease.session_id
         try:
+            if admission.pending is None:
+                raise ConnectionError("Redis could not be reached when the call arrived")
             begin, *enter = admission.pending.replies()
+        except REDIS_AWAY as away:
+            self.inflight.done(lease)
+            if waiting:
+                raise
+            return self._admit_when_back(admission.key, away)
         except NoScript:
             # Redis restarted (or dropped its scripts) since this process loaded ours; the
             # round trip's other commands still ran, so undo them before trying again.
@@ -146,9 +157,28 @@ class Gateway:
             self._release(lease, [], entered=False)
             raise err
 
+    def _admit_when_back(self, key: str | None, away: Exception) -> tuple[Lease, int, str | None, TokenIn]:
+        """Admit a call that found Redis away, once it is back: nothing was sampled yet, so the
+        call waits (``proxy_redis_wait_seconds``) rather than fail with a 503 that an SDK's few
+        quick retries would not outlast. (An admission whose reply was lost may have been
+        counted: its in-flight entry lapses with its lease, as a killed proxy's does.)"""
+        deadline = time.monotonic() + self.settings.proxy_redis_wait_seconds
+        pause = 0.1
+        while time.monotonic() + pause <= deadline:
+            time.sleep(pause)  # (a greenlet's sleep under gevent)
+            pause = min(2 * pause, 2.0)
+            try:
+                return self.admitted(self.begin_admit(key), waiting=True)
+            except REDIS_AWAY as exc:
+                away = exc
+        raise away
+
     def cancel_admit(self, admission: "Admission") -> None:
         """An admission sent but given up before its verdict (the request's handler was killed):
         undo it when Redis answers, else its lease lapses on its own."""
+        if admission.pending is None:
+            self.inflight.done(admission.lease)
+            return
         try:
             admission.pending.replies()
             self._release(admission.lease, [], entered=True)

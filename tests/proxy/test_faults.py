@@ -164,6 +164,48 @@ def test_connection_failure_fails_over_to_the_next_endpoint(fake_stack, tmp_path
         proc.wait(timeout=30)
 
 
+def test_a_call_arriving_while_redis_restarts_waits_for_it_then_a_503_after_the_bound(fake_stack, tmp_path):
+    """Redis restarting (stopped, back 2 s later): a model call that arrives meanwhile waits and
+    is served and recorded, instead of a 503 an SDK's quick retries would not outlast; Redis
+    gone for longer than POLAR_PROXY_REDIS_WAIT_SECONDS: the 503, in the caller's format."""
+    from infra.embedded_redis import EmbeddedRedis
+
+    server = EmbeddedRedis(data_dir=tmp_path / "redis").start()
+    port = free_port()
+    env = {**os.environ, **fake_stack.settings.to_env(), "POLAR_REDIS_URL": server.url,
+           "POLAR_PROXY_REDIS_WAIT_SECONDS": "6"}
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "proxy", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)
+        key = running_session(server.url)
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/s/{key}/v1", api_key="x", max_retries=0)
+        assert sdk.chat.completions.create(model="fake", messages=MSG).choices[0].message.content == "ok"
+        server.stop()  # (its append-only file keeps the session)
+        answers: list = []
+        caller = threading.Thread(target=lambda: answers.append(sdk.chat.completions.create(model="fake", messages=MSG)))
+        t0 = time.monotonic()
+        caller.start()
+        time.sleep(2.0)
+        assert not answers
+        server.start()  # (from this thread: the server dies with the thread that started it)
+        caller.join(timeout=30)
+        assert answers and answers[0].choices[0].message.content == "ok"  # it waited for Redis
+        assert time.monotonic() - t0 >= 2.0
+        done, _ = records(server.url, key)
+        assert [r["seq"] for r in done] == [1, 2]
+        server.stop()  # now for good
+        t0 = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as info:
+            sdk.chat.completions.create(model="fake", messages=MSG)
+        assert info.value.status_code == 503 and "Redis is unavailable" in info.value.message
+        assert time.monotonic() - t0 >= 4  # after the bound, not at once
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        server.stop()
+
+
 def _ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 200
