@@ -189,9 +189,40 @@ def inexact_integer(raw: bytes) -> str | None:
     orjson reads such a literal as a float, silently rounding it (2**70 comes back as
     1.1805916207174113e+21): a caller's id or seed must be refused, not changed. A scan for 19
     digits in a row finds the candidates (every digit mapped to "0", then one substring search:
-    ~3 us for 4.5 kB, a regex took 40); only then is the text parsed again, exactly."""
-    if raw.translate(_DIGITS_AS_ZERO).find(_LONG_RUN) < 0:
+    ~4 us for 4.5 kB, ~110 us for 132 kB; a regex took 10x that); a candidate that cannot be a
+    number token -- a long number inside a string, as tool output holds, is not preceded by
+    ``:``, ``[`` or ``,`` -- is passed over; only then is the text parsed again, exactly
+    (~1 ms for 132 kB)."""
+    digits = raw.translate(_DIGITS_AS_ZERO)
+    at = digits.find(_LONG_RUN)
+    while at >= 0:
+        if _number_token_at(raw, digits, at):
+            break
+        end = digits.find(b"a", at)  # past this run of digits
+        at = digits.find(_LONG_RUN, end) if end >= 0 else -1
+    else:
         return None
+    try:
+        json.loads(raw, parse_int=_checked_int)
+    except _OutOfRange as exc:
+        return str(exc)
+    except (ValueError, RecursionError):  # not this check's business: the caller's parser accepted the text
+        return None
+    return None
+
+
+def _number_token_at(raw: bytes, digits: bytes, at: int) -> bool:
+    """Whether the run of digits at ``at`` may be a JSON integer token: what precedes it (a
+    minus, whitespace) is a value's start (``:``, ``[``, ``,``), and no ``.``/``e`` follows."""
+    end = digits.find(b"a", at)
+    if end >= 0 and raw[end:end + 1] in (b".", b"e", b"E"):
+        return False  # a float literal: orjson's rounding of it is JSON's own
+    i = at - 1
+    if i >= 0 and raw[i] == 0x2D:  # "-"
+        i -= 1
+    while i >= 0 and raw[i] in b" \t\r\n":
+        i -= 1
+    return i >= 0 and raw[i] in b":[,"
     try:
         json.loads(raw, parse_int=_checked_int)
     except _OutOfRange as exc:

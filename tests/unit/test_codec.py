@@ -133,3 +133,20 @@ def test_wide_integers_are_written_and_read_exactly_where_orjson_refuses_or_roun
     assert exact_json(narrow, (p := orjson.loads(narrow))) is p
     with pytest.raises(TypeError):
         json_bytes({"x": object()})
+
+
+@pytest.mark.parametrize("raw, wide", [
+    (b'{"a": 123456789012345678901}', "123456789012345678901"),
+    (b'[1, -123456789012345678901]', "-123456789012345678901"),
+    (b'{"a": [1,\n  99999999999999999999]}', "99999999999999999999"),
+    (b'{"a": 18446744073709551616}', "18446744073709551616"),  # 2**64
+    (b'{"a": 18446744073709551615}', None),  # 2**64 - 1 fits
+    (b'{"a": "2**100 = 1267650600228229401496703205376"}', None),  # in a string, passed over without a parse
+    (b'{"a": "t:1267650600228229401496703205376"}', None),  # in a string, looks like a token: parsed, not one
+    (b'{"a": 1234567890123456789012.5, "b": 1e300}', None),  # floats are JSON's to round
+    (b'{"s": "12345678901234567890123", "n": 12345678901234567890123}', "12345678901234567890123"),
+])
+def test_inexact_integer_finds_integer_tokens_beyond_64_bits_only(raw, wide):
+    from pipeline.codec import inexact_integer
+
+    assert inexact_integer(raw) == wide
