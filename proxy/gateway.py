@@ -23,7 +23,7 @@ from proxy.client_watch import watching
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
-from proxy.hot_redis import HotRedis, NoScript, Pending
+from proxy.hot_redis import HotRedis, NoScript, Pending, RedisReplyError
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
 from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
@@ -261,6 +261,9 @@ class Gateway:
             encoded = encode(turn, response)
         except ProxyError as err:
             self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started)
+            raise
+        except (OSError, redis.RedisError, RedisReplyError):
+            self.abandon(call.lease)  # Redis failed: the caller's 503; its lease lapses if this release cannot go out
             raise
         except Exception as exc:  # a bug: kept as an error record; the caller answers it as a 502 and logs it
             self.fail(call.lease, call.seq, call.provider.name,
