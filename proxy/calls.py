@@ -156,6 +156,7 @@ class ModelCalls:
             try:
                 _, _, body = job.result()
             except ProxyError as err:  # the stream has begun: the error becomes an event
+                err.request_id = rid
                 metrics.failed(provider, type(err).__name__)
                 metrics.answered(provider, err.status)
                 yield from writer.error(err)

@@ -390,8 +390,11 @@ def test_every_admitted_call_answers_with_a_request_id_naming_its_record(proxy_a
     with pytest.raises(anthropic.UnprocessableEntityError) as info:
         sdks["anthropic"].messages.create(model="reject-422", max_tokens=8, messages=MSG)
     assert info.value.request_id == f"req_{sid}_3" and info.value.body["request_id"] == f"req_{sid}_3"
+    with pytest.raises(anthropic.APIStatusError) as late:  # failed after the stream began: the error event has it
+        list(sdks["anthropic"].messages.create(model="slowfail-800", max_tokens=8, messages=MSG, stream=True))
+    assert late.value.body["request_id"] == f"req_{sid}_4"
     done, errors = records(redis_url, key)
-    assert [r["seq"] for r in done] == [1, 2] and [e["seq"] for e in errors] == [3]
+    assert [r["seq"] for r in done] == [1, 2] and [e["seq"] for e in errors] == [3, 4]
     with pytest.raises(anthropic.NotFoundError) as refused:  # never admitted: no id to give
         sdk_clients(proxy_app, new_session_key(new_session_id()))["anthropic"].messages.create(
             model="fake", max_tokens=8, messages=MSG)
