@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(default=4 * 3600, gt=0)
     stage_lease_seconds: float = Field(default=30, gt=0)
     reaper_interval_seconds: float = Field(default=15.0, gt=0)  # how often workers look for lost stages
+    # How long a lease stays expired before the reaper takes it (None: half the lease, at least
+    # 6 s -- longer than live holders take to renew after a Redis outage; stores/leases.py).
+    lease_take_grace_seconds: float | None = Field(default=None, ge=0)
     cancel_poll_seconds: float = Field(default=0.25, gt=0)
     inflight_drain_seconds: float = Field(default=5.0, ge=0)
     # A proxy renews the lease of each model call it holds every third of this; a killed proxy's

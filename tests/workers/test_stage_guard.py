@@ -19,7 +19,8 @@ from workers.stages.common import Skip, make_deps, run_stage
 
 @pytest.fixture
 def d(r, redis_url, tmp_path):
-    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=5))
+    # (grace 0: an expired lease is taken at the first pass; tests/redis/test_lease_take.py has the grace)
+    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=5, lease_take_grace_seconds=0))
 
 
 @pytest.fixture
@@ -196,7 +197,7 @@ def test_leases_taken_while_a_beat_is_planned_are_renewed_in_time(d, sid):
 @pytest.fixture
 def quick(r, redis_url, tmp_path):
     """Deps whose stage leases lapse in half a second."""
-    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=0.5))
+    return make_deps(Settings(home=tmp_path, redis_url=redis_url, stage_lease_seconds=0.5, lease_take_grace_seconds=0))
 
 
 def _result_put(sid: str, value: bytes):

@@ -58,7 +58,9 @@ def reap_once(d: Deps) -> list[tuple[str, Stage]]:
     if not try_reaper_pass(d.stores.r, d.settings.reaper_interval_seconds):
         return []  # another worker's reaper has this round
     found: list[tuple[str, Stage]] = []
-    for sid, stage in take_expired(d.stores.r, take_grace_seconds(d.settings.stage_lease_seconds)):
+    grace = d.settings.lease_take_grace_seconds
+    for sid, stage in take_expired(d.stores.r, take_grace_seconds(d.settings.stage_lease_seconds) if grace is None
+                                   else grace):
         log.warning("reaper: %s of %s lost its worker; dispatching it again", stage.value, sid)
         resend(d, stage, sid)
         found.append((sid, stage))
