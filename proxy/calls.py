@@ -263,9 +263,12 @@ class _Job:
             self._value = fn(*args)
         except ProxyError as err:
             self._error = err
-        except BaseException as exc:  # noqa: BLE001 - reported to the client as an upstream error
-            log.exception("model call failed")
-            self._error = UpstreamError(f"internal proxy error: {type(exc).__name__}")
+        except BaseException as exc:  # noqa: BLE001 - reported to the client in its API's format
+            if isinstance(exc, Exception):
+                self._error = as_proxy_error(exc, "POST", "(streamed model call)", 0)  # Redis away: a 503
+            else:
+                log.exception("model call failed")
+                self._error = UpstreamError(f"internal proxy error: {type(exc).__name__}")
         finally:
             self._done.set()
 

@@ -173,6 +173,25 @@ class Gateway:
                 away = exc
         raise away
 
+    def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
+        """A sampled turn whose record could not be written (Redis away): written once Redis is
+        back, within ``proxy_redis_wait_seconds``, else the call fails (503) as before. The first
+        send may have been applied with only its reply lost, so the appends go again only where
+        the very record is not in the list already (the other commands are idempotent)."""
+        again = [_append_once(c) for c in record_commands]
+        deadline = time.monotonic() + self.settings.proxy_redis_wait_seconds
+        pause = 0.1
+        while time.monotonic() + pause <= deadline:
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+            try:
+                self.hot.send([*again, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
+                               *self.stores.proxy_control.exit_commands(lease.call_id)]).replies()
+                return
+            except REDIS_AWAY as exc:
+                away = exc
+        raise away
+
     def cancel_admit(self, admission: "Admission") -> None:
         """An admission sent but given up before its verdict (the request's handler was killed):
         undo it when Redis answers, else its lease lapses on its own."""
@@ -272,7 +291,10 @@ class Gateway:
         except BaseException:
             self.abandon(call.lease)
             raise
-        self._send_release(call.lease, commands).replies()  # a Redis failure fails the call: nothing unrecorded is answered
+        try:
+            self._send_release(call.lease, commands).replies()
+        except REDIS_AWAY as away:  # the turn is sampled: wait for Redis to keep it; nothing unrecorded is answered
+            self._release_when_back(call.lease, commands, away)
         self.metrics.written("completion")
         self.metrics.recorded(call.provider.name, len(captured.prompt_ids), len(captured.response_ids),
                               latency_ms / 1000.0, time.perf_counter() - call.received - latency_ms / 1000.0)
@@ -385,3 +407,14 @@ class Gateway:
                 body[key] = chat[key]
         data, _ = self.pool.post_json("/tokenize", body, affinity=affinity)
         return int(data.get("count", len(data.get("tokens") or [])))
+
+
+_APPEND_ONCE = "if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('RPUSH', KEYS[1], ARGV[1]) end return 1"
+
+
+def _append_once(command: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An RPUSH of one record as a push unless that very record is there (EVAL, not a cached
+    script: a Redis that restarted has none)."""
+    if command[0] != "RPUSH" or len(command) != 3:
+        return command
+    return ("EVAL", _APPEND_ONCE, 1, command[1], command[2])

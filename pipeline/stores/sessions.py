@@ -81,6 +81,7 @@ class SessionState:
     eval_runtime: dict[str, Any] | None = None
     eval_runtime_error: str | None = None
     grade: dict[str, Any] | None = None  # EVALUATE's committed grade: a re-run grades nothing again
+    calls_admitted: int = 0  # model calls the proxy admitted (each has a seq; its record has it)
     started: set[Stage] = field(default_factory=set)
     # stage -> where it sent the session (None: nowhere)
     done: dict[Stage, Stage | None] = field(default_factory=dict)
@@ -143,6 +144,7 @@ class SessionStore:
             eval_runtime=json.loads(f[F.EVAL_RUNTIME]) if f.get(F.EVAL_RUNTIME) else None,
             eval_runtime_error=f.get(F.EVAL_RUNTIME_ERROR) or None,
             grade=json.loads(f[F.GRADE]) if f.get(F.GRADE) else None,
+            calls_admitted=int(f.get(F.SEQ) or 0),
             started={s for s in Stage if f.get(started_field(s))},
             done={s: (None if v == DONE_NOWHERE else Stage(v))
                   for s in Stage if (v := f.get(done_field(s)))},

@@ -256,3 +256,38 @@ def test_an_evaluate_copy_rerun_after_a_teardown_began_keeps_the_grade_not_regra
     result = deps.stores.outputs.result(sid)
     assert result.status == SessionStatus.COMPLETED and result.reward == 1.0
     assert all(t.reward == 1.0 for t in result.trajectory.traces)
+
+
+def test_an_agent_that_exits_0_after_its_last_call_failed_on_the_services_side_is_an_error(deps, r):
+    """gemini_cli exits 0 when a streamed call fails: a Redis outage (the call admitted, no record
+    written, not even the error) or a 5xx of the proxy or engine as its last call made a COMPLETED
+    sample graded 0 and trained on. Now ERROR, saying why; a failed call retried is no such case."""
+    [lost, failed, retried] = submit(deps, num_samples=3)
+    run = MemoryRuntime.commands["agent"]
+    assert [run_stage(stage, lost, *BODIES[stage], d=deps) for stage in (Stage.INIT, Stage.RUN)] == ["done"] * 2
+    r.hincrby(keys.session(lost), "seq", 1)  # a third call admitted, then the proxy lost it with Redis
+
+    def last_call_fails(rt, argv, env):
+        result = run(rt, argv, env)
+        sdk = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0,
+                            http_client=httpx2.Client(transport=httpx2.WSGITransport(app=_proxy(deps))))
+        with pytest.raises(openai.InternalServerError):
+            sdk.chat.completions.create(model="fail-500", messages=MSG)
+        if rt.session_id == retried:
+            sdk.chat.completions.create(model="fake", messages=MSG)
+        return result
+
+    MemoryRuntime.commands["agent"] = last_call_fails
+    for sid in (failed, retried):
+        assert [run_stage(stage, sid, *BODIES[stage], d=deps) for stage in (Stage.INIT, Stage.RUN)] == ["done"] * 2
+    for sid in (lost, failed, retried):
+        assert [run_stage(stage, sid, *BODIES[stage], d=deps) for stage in (Stage.POSTRUN, Stage.EVALUATE,
+                                                                              Stage.CALLBACK)] == ["done"] * 3
+    by = {sid: deps.stores.outputs.result(sid) for sid in (lost, failed, retried)}
+    assert by[lost].status == SessionStatus.ERROR and "1 admitted model call(s) left no record" in by[lost].error
+    assert by[failed].status == SessionStatus.ERROR and "502 UpstreamError" in by[failed].error
+    assert by[retried].status == SessionStatus.COMPLETED and by[retried].reward == 1.0
+
+
+def _proxy(d):
+    return create_proxy(d.settings, transport=WSGITransport(fake_upstream.app))

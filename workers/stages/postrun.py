@@ -46,6 +46,14 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
         trajectory.metadata["calls_in_flight_left_out"] = still_in_flight
         log.warning("postrun %s: %d model call(s) still in flight after %.0fs; built without them", sid,
                     still_in_flight, d.settings.inflight_drain_seconds)
+    unanswered = last_call_unanswered(state.calls_admitted, records, errors) if not still_in_flight else None
+    if unanswered:
+        trajectory.metadata["last_call_unanswered"] = unanswered
+        if outcome == Outcome.COMPLETED and not trajectory.error:
+            # The agent ended after its last model call failed on the service's side (a harness
+            # may exit 0 on a failed stream): how it ended is not the policy's doing -- an ERROR,
+            # never a COMPLETED sample graded and trained on.
+            trajectory.error = f"the agent's last model call got no answer (a fault of the service): {unanswered}"
     if not records and outcome == Outcome.COMPLETED and not trajectory.error:
         # An agent that exits 0 without one model call did not do the task (misconfigured CLI,
         # wrong base URL): never a COMPLETED session with nothing to train on.
@@ -71,6 +79,22 @@ def call_errors(errors: list) -> dict:
     last = max(failed, key=lambda e: e.finished_at or 0)
     return {**out, "proxy_errors": dict(Counter(e.error_type for e in failed)),
             "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
+
+
+def last_call_unanswered(admitted: int, completions: list, errors: list) -> str | None:
+    """Why the session's last admitted model call gave its agent no answer through a fault of
+    the service (the proxy, its Redis, the engine: a 5xx error record, or no record at all --
+    the proxy died, or Redis was away even for the error), or None. A 4xx is the request's own
+    (a context overflow the agent may end on); ``ClientGone`` is the agent leaving."""
+    recorded: dict[int, object] = {c.seq: None for c in completions}
+    recorded.update({e.seq: e for e in errors if e.seq is not None})
+    last = max(recorded, default=0)
+    if admitted > last:
+        return f"{admitted - last} admitted model call(s) left no record (the proxy or its Redis failed)"
+    error = recorded.get(last)
+    if error is not None and error.status_code >= 500 and error.error_type != CLIENT_GONE:
+        return f"{error.status_code} {error.error_type}: {error.message[:300]}"
+    return None
 
 
 def _records(d: Deps, sid: str) -> tuple[SessionRecords, int]:
