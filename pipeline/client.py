@@ -123,13 +123,23 @@ class RolloutClient:
 
     def wait(self, task_id: str, *, timeout: float | None = None, poll_seconds: float = 1.0,
              results: bool = True) -> TaskStatus:
+        """Poll until the task ends (or ``timeout``). An API restarting or answering 5xx while its
+        Redis is away is waited out (logged), not raised: the task goes on meanwhile."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        last: str = "no answer yet"
         while True:
-            st = self.status(task_id, results=False)
-            if st.status.is_terminal():
-                return self.status(task_id, results=True) if results else st
+            try:
+                st = self.status(task_id, results=False)
+                if st.status.is_terminal():
+                    return self.status(task_id, results=True) if results else st
+                last = str(st.counts)
+            except (httpx.TransportError, RolloutError) as exc:
+                if isinstance(exc, RolloutError) and exc.status < 500:
+                    raise  # the task is unknown, the token refused: no outage to wait out
+                last = f"{type(exc).__name__}: {exc}"
+                log.warning("waiting for task %s: the API is unavailable (%s); polling on", task_id, last)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"task {task_id} not finished after {timeout}s ({st.counts})")
+                raise TimeoutError(f"task {task_id} not finished after {timeout}s ({last})")
             time.sleep(poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - time.monotonic())))
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:

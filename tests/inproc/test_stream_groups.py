@@ -149,3 +149,16 @@ def test_an_api_restart_while_a_groups_size_is_asked_is_waited_out_not_fatal(cli
     with pytest.raises(Exception) as info:  # a 4xx other than "unknown task" is no outage: it ends the loop
         list(iter_groups(rude, group="g2", consumer="c", block_ms=50, stop_after=0.3))
     assert getattr(info.value, "status", None) == 401
+
+
+def test_wait_polls_through_an_api_restart_and_still_raises_what_is_no_outage(client, caplog):
+    submit(client, "waited", 1)  # (never run here: it stays REGISTERED)
+    restarting = Restarting(client._http._transport)
+    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    with caplog.at_level(logging.WARNING, logger="polar.client"), pytest.raises(TimeoutError) as info:
+        flaky.wait("waited", timeout=0.5, poll_seconds=0.01)
+    assert not restarting.faults and caplog.text.count("the API is unavailable") == 3  # refused x2, 503: polled on
+    assert "REGISTERED" in str(info.value)  # the task's last counts, read after the outage
+    with pytest.raises(Exception) as unknown:  # a 4xx is no outage
+        flaky.wait("never-submitted", timeout=5, poll_seconds=0.01)
+    assert getattr(unknown.value, "status", None) == 404
