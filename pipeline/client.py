@@ -43,6 +43,12 @@ class RolloutError(Exception):
         super().__init__(f"{status}: {err.get('message') if isinstance(err, dict) else body}")
 
 
+def api_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the API is away for now (restarting, unreachable, or a 5xx while its
+    Redis is away) rather than refusing the request: worth polling on."""
+    return isinstance(exc, httpx.TransportError) or (isinstance(exc, RolloutError) and exc.status >= 500)
+
+
 @dataclass
 class Delivery:
     """One stream entry; the blob is decoded on first access, the way the trainer asks for it."""
@@ -133,8 +139,8 @@ class RolloutClient:
                 if st.status.is_terminal():
                     return self.status(task_id, results=True) if results else st
                 last = str(st.counts)
-            except (httpx.TransportError, RolloutError) as exc:
-                if isinstance(exc, RolloutError) and exc.status < 500:
+            except Exception as exc:
+                if not api_outage(exc):
                     raise  # the task is unknown, the token refused: no outage to wait out
                 last = f"{type(exc).__name__}: {exc}"
                 log.warning("waiting for task %s: the API is unavailable (%s); polling on", task_id, last)

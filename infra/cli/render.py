@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from infra.cli.output import console, progress
-from pipeline.client import RolloutClient
+from pipeline.client import RolloutClient, api_outage
 from pipeline.schemas import TaskStatus
 
 STAGE_COLUMNS = ("queue", "init", "ready_wait", "run", "postrun", "evaluate", "total")
@@ -24,7 +24,15 @@ def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
     with progress() as bars:
         bar = None
         while True:
-            st = client.status(task_id, results=False)
+            try:
+                st = client.status(task_id, results=False)
+            except Exception as exc:  # an API restart (or its Redis away) is waited out, not fatal
+                if not api_outage(exc) or (deadline is not None and time.monotonic() > deadline):
+                    raise
+                if bar is not None:
+                    bars.update(bar, detail=f"the API is unavailable ({type(exc).__name__}); polling on")
+                time.sleep(poll_seconds)
+                continue
             if bar is None:
                 bar = bars.add_task(task_id, total=st.total_sessions, detail="")
             counts = " ".join(f"{k.lower()}={v}" for k, v in sorted(st.counts.items()))

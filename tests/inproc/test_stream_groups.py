@@ -162,3 +162,14 @@ def test_wait_polls_through_an_api_restart_and_still_raises_what_is_no_outage(cl
     with pytest.raises(Exception) as unknown:  # a 4xx is no outage
         flaky.wait("never-submitted", timeout=5, poll_seconds=0.01)
     assert getattr(unknown.value, "status", None) == 404
+
+
+def test_polar_submit_wait_follows_through_an_api_restart(client):
+    from infra.cli.render import follow
+
+    submit(client, "followed", 1)
+    restarting = Restarting(client._http._transport)
+    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    with pytest.raises(TimeoutError):  # (it raised the ConnectError of the first poll)
+        follow(flaky, "followed", timeout=0.5, poll_seconds=0.01, tables=False)
+    assert not restarting.faults
