@@ -159,35 +159,31 @@ class Gateway:
 
     def _admit_when_back(self, key: str | None, away: Exception) -> tuple[Lease, int, str | None, TokenIn]:
         """Admit a call that found Redis away, once it is back: nothing was sampled yet, so the
-        call waits (``proxy_redis_wait_seconds``) rather than fail with a 503 that an SDK's few
-        quick retries would not outlast. (An admission whose reply was lost may have been
-        counted: its in-flight entry lapses with its lease, as a killed proxy's does.)"""
+        call waits rather than fail with a 503 that an SDK's few quick retries would not outlast.
+        (An admission whose reply was lost may have been counted: its in-flight entry lapses
+        with its lease, as a killed proxy's does.)"""
+        return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True), away)
+
+    def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
+        """A sampled turn whose record could not be written (Redis away): written once Redis is
+        back, else the call fails (503) as before. The first send may have been applied with only
+        its reply lost, so the appends go again only where the very record is not in the list
+        already (the other commands are idempotent)."""
+        commands = [*(_append_once(c) for c in record_commands),
+                    *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
+                    *self.stores.proxy_control.exit_commands(lease.call_id)]
+        self._when_redis_back(lambda: self.hot.send(commands).replies(), away)
+
+    def _when_redis_back(self, attempt: Callable[[], T], away: Exception) -> T:
+        """``attempt()`` again, with back-off, until it reaches Redis or ``proxy_redis_wait_seconds``
+        pass (then the last error)."""
         deadline = time.monotonic() + self.settings.proxy_redis_wait_seconds
         pause = 0.1
         while time.monotonic() + pause <= deadline:
             time.sleep(pause)  # (a greenlet's sleep under gevent)
             pause = min(2 * pause, 2.0)
             try:
-                return self.admitted(self.begin_admit(key), waiting=True)
-            except REDIS_AWAY as exc:
-                away = exc
-        raise away
-
-    def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
-        """A sampled turn whose record could not be written (Redis away): written once Redis is
-        back, within ``proxy_redis_wait_seconds``, else the call fails (503) as before. The first
-        send may have been applied with only its reply lost, so the appends go again only where
-        the very record is not in the list already (the other commands are idempotent)."""
-        again = [_append_once(c) for c in record_commands]
-        deadline = time.monotonic() + self.settings.proxy_redis_wait_seconds
-        pause = 0.1
-        while time.monotonic() + pause <= deadline:
-            time.sleep(pause)
-            pause = min(2 * pause, 2.0)
-            try:
-                self.hot.send([*again, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
-                               *self.stores.proxy_control.exit_commands(lease.call_id)]).replies()
-                return
+                return attempt()
             except REDIS_AWAY as exc:
                 away = exc
         raise away
