@@ -169,9 +169,7 @@ class Gateway:
         back, else the call fails (503) as before. The first send may have been applied with only
         its reply lost, so the appends go again only where the very record is not in the list
         already (the other commands are idempotent)."""
-        commands = [*(_append_once(c) for c in record_commands),
-                    *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
-                    *self.stores.proxy_control.exit_commands(lease.call_id)]
+        commands = self._release_commands(lease, [_append_once(c) for c in record_commands])
         self._when_redis_back(lambda: self.hot.send(commands).replies(), away)
 
     def _when_redis_back(self, attempt: Callable[[], T], away: Exception) -> T:
@@ -206,9 +204,14 @@ class Gateway:
 
     def _send_release(self, lease: Lease, record_commands: list[tuple[Any, ...]], entered: bool = True) -> Pending:
         self.inflight.done(lease)
+        return self.hot.send(self._release_commands(lease, record_commands, entered))
+
+    def _release_commands(self, lease: Lease, record_commands: list[tuple[Any, ...]],
+                          entered: bool = True) -> list[tuple[Any, ...]]:
+        """The record (if any), the call out of the session's in-flight set and, once it entered,
+        out of the proxy's."""
         control = self.stores.proxy_control.exit_commands(lease.call_id) if entered else []
-        return self.hot.send([*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id),
-                              *control])
+        return [*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id), *control]
 
     def fail(self, lease: Lease, seq: int, provider: str, err: ProxyError, original: Any, started: float) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""

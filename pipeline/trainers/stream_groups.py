@@ -23,8 +23,7 @@ import logging
 import time
 from typing import Any, Iterator
 
-import httpx
-
+from pipeline.client import api_outage
 from pipeline.trainers.groups import Group, usable
 
 log = logging.getLogger("polar.trainers")
@@ -75,13 +74,11 @@ def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
         try:
             status = client.status(task_id, results=False)
             break
-        except httpx.TransportError as exc:  # the API is restarting or unreachable: wait, as results() waits for Redis
-            reason = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # the client's RolloutError, without importing the client here
-            code = getattr(exc, "status", None)
-            if isinstance(code, int) and code >= 500:
-                reason = f"HTTP {code}"
-            elif code == 404 and _unknown_task(exc):
+        except Exception as exc:
+            if api_outage(exc):  # the API is restarting, unreachable or its Redis away: wait, as results() does
+                code = getattr(exc, "status", None)
+                reason = f"HTTP {code}" if code else f"{type(exc).__name__}: {exc}"
+            elif getattr(exc, "status", None) == 404 and _unknown_task(exc):
                 log.warning("iter_groups: task %s is unknown to the API (expired?): its results are dropped", task_id)
                 return False
             else:
