@@ -98,16 +98,33 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
+        raw: bytes | None = None
+        warm: dict[str, Any] | None = None
+        early: ProxyError | None = None
+        try:
+            if provider.prewarm_hint is not None and body is None:
+                raw = body_bytes(req)
+                if provider.prewarm_hint.search(raw):  # rare: parsed before the admission
+                    body = json_of(raw)
+            if body is not None:
+                with translating(provider):
+                    warm = provider.prewarm_chat(body)
+        except ProxyError as err:  # answered once the admission says the call is no refused one
+            early = err
+        if warm is not None:
+            return self._prewarm(req, provider, key, body, warm), True
         # The admission's round trip runs while the body is parsed (and translated, where that
         # reads no per-session state); its verdict is read before anything acts on the request.
         admission = gw.begin_admit(presented_key(key, req.headers, req.args))
         scope = gw.scope(admission.lease.session_id, req.args)
-        parsed = early = raw = None
+        parsed = None
         try:
-            if body is None:
-                body, raw = json_body_and_bytes(req)
-            if not provider.stateful:
-                parsed = _parse(provider, body, route, provider.context(body, scope))
+            if early is None:
+                if body is None:
+                    raw = raw if raw is not None else body_bytes(req)
+                    body = json_of(raw)
+                if not provider.stateful:
+                    parsed = _parse(provider, body, route, provider.context(body, scope))
         except ProxyError as err:
             early = err
         except BaseException:
@@ -133,6 +150,14 @@ class ModelCalls:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
         return self._stream(call, admitted[0])
+
+    def _prewarm(self, req: Request, provider: Provider, key: str | None, body: dict[str, Any],
+                 chat: dict[str, Any]) -> Answer:
+        """A cache pre-warm: authenticated as any call is, answered with its prompt's count;
+        nothing is sampled, admitted or recorded (a session's model calls stay the sampled ones)."""
+        sid = self.gw.gate.check(presented_key(key, req.headers, req.args))
+        count = self.gw.count_request_tokens(chat, affinity=sid)
+        return Answer(200, JSON, json_bytes(provider.prewarm_response(body, count)))
 
     def _stream(self, call: Call, rid: str) -> tuple[Answer, bool]:
         """The answer as its API's event stream: in one write when the engine answers within the
@@ -284,11 +309,11 @@ class _Job:
 # --- request bodies, answers, errors (shared with the Flask routes) ------------------------------
 
 def json_body(req: Request) -> Any:
-    return json_body_and_bytes(req)[0]
+    return json_of(body_bytes(req))
 
 
-def json_body_and_bytes(req: Request) -> tuple[Any, bytes]:
-    """The request's JSON body, and its bytes as JSON (decompressed when it came compressed)."""
+def body_bytes(req: Request) -> bytes:
+    """The request's body (decompressed when it came compressed), within the size limit."""
     raw = req.get_data(cache=True)
     limit = req.max_content_length
     if limit is not None and len(raw) >= limit and req.content_length is None and _more_input(req):
@@ -297,6 +322,11 @@ def json_body_and_bytes(req: Request) -> tuple[Any, bytes]:
     encoding = req.environ.get("HTTP_CONTENT_ENCODING")
     if encoding:
         raw = decoded(raw, encoding, limit or Settings.model_fields["max_request_bytes"].default)
+    return raw
+
+
+def json_of(raw: bytes) -> Any:
+    """A request body's JSON: strict, integers beyond 64 bits exact, nesting bounded."""
     try:
         # strict JSON: valid UTF-8 without lone surrogates, no NaN/Infinity, 64-bit integers
         body = exact_json(raw, orjson.loads(raw))  # integers beyond 64 bits kept exact, not rounded
@@ -306,7 +336,7 @@ def json_body_and_bytes(req: Request) -> tuple[Any, bytes]:
     # in C) cannot exceed it, and most requests are decided without walking them.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting_depth_exceeds(body, MAX_JSON_DEPTH):
         raise BadRequest(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
-    return body, raw
+    return body
 
 
 def _more_input(req: Request) -> bool:

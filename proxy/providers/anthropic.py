@@ -10,6 +10,7 @@ stop sequences and prefill (a final assistant turn) are translated; tools in
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
@@ -324,6 +325,34 @@ class Anthropic(ProviderBase):
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:
         return {"input_tokens": count}
+
+    # ``max_tokens: 0`` anywhere (a tool input may hold one too): prewarm_chat decides.
+    prewarm_hint: re.Pattern[bytes] | None = re.compile(rb'"max_tokens"\s*:\s*0\s*[,}]')
+
+    def prewarm_chat(self, body: Any) -> dict[str, Any] | None:
+        """``max_tokens: 0`` populates Anthropic's prompt cache without generating a response. The
+        engine caches prefixes by itself, so here it is the call's prompt counted; what the API
+        refuses with it (a stream, extended thinking, structured output) is refused alike."""
+        if not isinstance(body, dict) or type(body.get("max_tokens")) is not int or body["max_tokens"] != 0:
+            return None
+        if opt_bool(body, "stream") is True:
+            raise BadRequest("max_tokens: 0 (a cache pre-warm) cannot be streamed: set stream to false",
+                             param="stream")
+        thinking = body.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
+            raise BadRequest("max_tokens: 0 (a cache pre-warm) cannot be combined with extended thinking (thinking)",
+                             param="thinking")
+        rest = {k: v for k, v in body.items() if k != "max_tokens"}
+        if _output_format(rest):
+            raise BadRequest("max_tokens: 0 (a cache pre-warm) cannot be combined with structured output (output_config.format)",
+                             param="output_config.format")
+        return to_chat(rest, need_max_tokens=False)[0]
+
+    def prewarm_response(self, body: dict[str, Any], count: int) -> dict[str, Any]:
+        return {"id": new_id("msg"), "type": "message", "role": "assistant", "model": body.get("model"),
+                "content": [], "stop_reason": "max_tokens", "stop_sequence": None,
+                "usage": {"input_tokens": count, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": 0}}
 
     def parse(self, body: Any, **context: Any) -> Parsed:
         chat, extra = to_chat(body)

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol
@@ -214,6 +215,16 @@ class Provider(Protocol):
 
     def count_tokens_response(self, count: int) -> dict[str, Any]: ...
 
+    # A cache pre-warm (Anthropic's ``max_tokens: 0``) samples nothing: it is answered from a
+    # token count, never admitted as a model call. ``prewarm_hint`` finds the candidates in the
+    # raw body (so the others are still parsed while their admission's round trip runs).
+    prewarm_hint: "re.Pattern[bytes] | None"
+
+    def prewarm_chat(self, body: Any) -> dict[str, Any] | None:
+        """The chat whose prompt a pre-warm ``body`` counts; None when ``body`` is no pre-warm."""
+
+    def prewarm_response(self, body: dict[str, Any], count: int) -> dict[str, Any]: ...
+
     def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
         """Extra ``parse`` keywords from per-session state (Responses: the stored history)."""
 
@@ -252,6 +263,14 @@ class ProviderBase:
 
     def count_tokens_response(self, count: int) -> dict[str, Any]:
         return {"count": count}
+
+    prewarm_hint: "re.Pattern[bytes] | None" = None
+
+    def prewarm_chat(self, body: Any) -> dict[str, Any] | None:
+        return None
+
+    def prewarm_response(self, body: dict[str, Any], count: int) -> dict[str, Any]:
+        raise UnsupportedEndpoint(f"{self.name} has no cache pre-warm")
 
     def context(self, body: Any, scope: ProviderScope) -> dict[str, Any]:
         return {}

@@ -5,15 +5,20 @@ tools, google-genai's float-typed ``top_k``, and malformed bodies on the count-t
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import anthropic
 import httpx
 import openai
 import pytest
+import redis
 from google import genai
 from google.genai import types as gt
 
+from pipeline import keys
 from tests.proxy.test_sdks import records
-from tests.support import running_session
+from tests.support import running_session, sid_of
 
 QUESTION = "What is the weather in Paris and Rome?"
 
@@ -193,3 +198,67 @@ def test_count_tokens_counts_the_prompt_the_call_samples_claude_codes_billing_he
     counted = client.messages.count_tokens(**ask).input_tokens
     used = client.messages.create(max_tokens=2, **ask).usage.input_tokens
     assert counted == used == len(records(ref_stack, key)[-1]["prompt_ids"])
+
+
+def _seq(stack, key: str) -> int:
+    return int(redis.Redis.from_url(stack.settings.redis_url).hget(keys.session(sid_of(key)), "seq") or 0)
+
+
+PREWARM = {"model": "tiny", "system": [{"type": "text", "text": "You are a coding agent. " * 20,
+                                        "cache_control": {"type": "ephemeral"}}],
+           "messages": [{"role": "user", "content": "Fix the failing test."}]}
+
+
+def test_an_anthropic_cache_prewarm_is_answered_with_its_count_and_samples_nothing(ref_stack):
+    """``max_tokens: 0`` is Anthropic's documented prompt-cache pre-warm: an empty message
+    (stop_reason max_tokens) whose usage counts the prompt. Nothing is sampled, admitted or
+    recorded: the session's next real call is still its call 1."""
+    key = running_session(ref_stack.settings.redis_url)
+    client = anthropic_client(ref_stack, key)
+    warm = client.messages.create(max_tokens=0, **PREWARM)
+    assert warm.content == [] and warm.stop_reason == "max_tokens" and warm.usage.output_tokens == 0
+    assert warm.id.startswith("msg_") and warm.model == "tiny"
+    assert records(ref_stack, key) == [] and _seq(ref_stack, key) == 0
+    used = client.messages.create(max_tokens=2, **PREWARM)
+    assert warm.usage.input_tokens == used.usage.input_tokens == len(records(ref_stack, key)[-1]["prompt_ids"])
+    assert [r["seq"] for r in records(ref_stack, key)] == [1]
+
+    # gzip-compressed, as a client may send it: still a pre-warm
+    raw = gzip.compress(json.dumps({**PREWARM, "max_tokens": 0}).encode())
+    answer = httpx.post(f"{ref_stack.settings.proxy_url}/s/{key}/v1/messages", content=raw,
+                        headers={"content-type": "application/json", "content-encoding": "gzip",
+                                 "anthropic-version": "2023-06-01"})
+    assert answer.status_code == 200 and answer.json()["content"] == [], answer.text
+    assert _seq(ref_stack, key) == 1
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"stream": True}, "stream"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_config.format"),
+])
+def test_what_a_prewarm_cannot_be_combined_with_is_the_clients_400(ref_stack, extra, param):
+    key = running_session(ref_stack.settings.redis_url)
+    answer = httpx.post(f"{ref_stack.settings.proxy_url}/s/{key}/v1/messages",
+                        json={**PREWARM, "max_tokens": 0, **extra}, headers={"anthropic-version": "2023-06-01"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["type"] == "error" and answer.json()["error"]["type"] == "invalid_request_error"
+    assert "pre-warm" in answer.json()["error"]["message"] and param.split(".")[0] in answer.json()["error"]["message"]
+    assert records(ref_stack, key) == []
+
+
+def test_a_prewarm_is_authenticated_as_any_call_and_a_zero_in_a_tool_input_is_no_prewarm(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    for wrong in (key[:-4] + "0000", "sk-polar-sess-0000-" + "0" * 48):  # refused as a sampled call would be
+        with pytest.raises(anthropic.APIStatusError) as warm:
+            anthropic_client(ref_stack, wrong).messages.create(max_tokens=0, **PREWARM)
+        with pytest.raises(anthropic.APIStatusError) as call:
+            anthropic_client(ref_stack, wrong).messages.create(max_tokens=2, **PREWARM)
+        assert warm.value.status_code == call.value.status_code in (401, 404)
+        assert warm.value.body["error"] == call.value.body["error"]
+    history = [{"role": "user", "content": "Call it."},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "configure",
+                                                  "input": {"max_tokens": 0}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]
+    reply = anthropic_client(ref_stack, key).messages.create(model="tiny", max_tokens=3, messages=history)
+    assert reply.usage.output_tokens > 0 and len(records(ref_stack, key)) == 1  # sampled and recorded

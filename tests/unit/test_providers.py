@@ -444,3 +444,21 @@ def test_anthropic_tool_result_must_answer_a_tool_use_of_the_message_before(mess
     with pytest.raises(BadRequest, match="unexpected `tool_use_id`") as info:
         A.parse(anthropic_body(tools=[TOOL], messages=messages))
     assert info.value.param == where
+
+
+@pytest.mark.parametrize("max_tokens, is_prewarm", [(0, True), (False, False), (0.0, False), (1, False), (None, False)])
+def test_only_an_integer_zero_max_tokens_is_an_anthropic_prewarm(max_tokens, is_prewarm):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "system": "s", "max_tokens": max_tokens}
+    chat = PROVIDERS["anthropic"].prewarm_chat(body)
+    assert (chat is not None) == is_prewarm
+    if chat is not None:  # the prompt the count measures: as the call would sample it, no output limit
+        assert "max_tokens" not in chat and [m["role"] for m in chat["messages"]] == ["system", "user"]
+    assert all(PROVIDERS[name].prewarm_chat(body) is None for name in PROVIDERS if name != "anthropic")
+
+
+def test_the_prewarm_hint_finds_every_zero_max_tokens_a_body_may_spell():
+    hint = PROVIDERS["anthropic"].prewarm_hint
+    for raw in (b'{"max_tokens":0,"model":"m"}', b'{"model":"m", "max_tokens" : 0 }', b'{"max_tokens":0}'):
+        assert hint.search(raw), raw
+    for raw in (b'{"max_tokens":01}', b'{"max_tokens":0.5}', b'{"max_tokens":10}', b'{"max_tokens":"0"}'):
+        assert not hint.search(raw), raw
