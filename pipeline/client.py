@@ -57,6 +57,7 @@ class Delivery:
     entry: StreamEntry
     _ack: Callable[[], object]
     _nack: Callable[[], object] = lambda: None
+    _hold: Callable[[], object] = lambda: None
 
     @property
     def result(self) -> SessionResult:
@@ -79,6 +80,12 @@ class Delivery:
     def nack(self) -> None:
         """Hand the entry back: it is delivered again, until ``max_deliveries`` (then dead-lettered)."""
         self._nack()
+
+    def hold(self) -> None:
+        """The trainer only keeps the entry, unacked, without working on it yet (``iter_groups``
+        waiting for the rest of a GRPO group): this delivery is not counted against
+        ``max_deliveries``, so restarts while a group fills never dead-letter its sessions."""
+        self._hold()
 
 
 class RolloutClient:
@@ -230,7 +237,7 @@ class RolloutClient:
                         continue
                     holding[e.session_id] = e.entry_id
                     yield Delivery(e.entry_id, e, functools.partial(settle, e, False),
-                                   functools.partial(settle, e, True))
+                                   functools.partial(settle, e, True), functools.partial(stream.unhand, group, e.entry_id))
             finally:
                 for e in batch:
                     reading.pop(e.entry_id, None)

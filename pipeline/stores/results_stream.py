@@ -230,6 +230,10 @@ class ResultsStream:
         pipe.expire(key, int(keep_seconds) + 1)
         return int(pipe.execute()[0])
 
+    def unhand(self, group: str, entry_id: str) -> None:
+        """Take back the last count of ``hand`` (the trainer only holds the entry)."""
+        self._r.hincrby(keys.results_handed(group), entry_id, -1)
+
     def ack_delivered(self, group: str, entry_id: str, session_id: str, keep_seconds: float) -> None:
         """Ack an entry the consumer has safely taken, remembering its session for
         de-duplication. The mark goes first: a crash before the XACK leaves an entry that a

@@ -57,6 +57,8 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
             ack = functools.partial(_ack_once, client, group, task_id, taken, [])
             yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
             ack()  # the loop asked for the next group: this one is taken
+        else:
+            item.hold()  # kept for its group, not worked on: a restart meanwhile is no failed delivery
     if held:
         log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
                     "hold their other sessions): %s", group, consumer,

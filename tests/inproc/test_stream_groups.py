@@ -173,3 +173,38 @@ def test_polar_submit_wait_follows_through_an_api_restart(client):
     with pytest.raises(TimeoutError):  # (it raised the ConnectError of the first poll)
         follow(flaky, "followed", timeout=0.5, poll_seconds=0.01, tables=False)
     assert not restarting.faults
+
+
+def test_restarts_while_a_group_fills_never_dead_letter_its_first_sessions(client, r):
+    """A trainer restarted more often than ``max_deliveries`` while one session of a group is
+    still running: the sessions it held were kept, not worked on, so they are not dead-lettered,
+    and the group comes whole once the slow session arrives."""
+    client.max_deliveries = 2
+    submit(client, "slow", 3)
+    publish(r, "slow", "s0", "s1")
+    for _ in range(5):  # each run holds s0 and s1, stops (a restart), and they come again
+        assert list(groups(client)) == []
+    assert r.xlen(keys.RESULTS_DEAD_LETTER) == 0
+    publish(r, "slow", "s2")
+    got = list(groups(client))
+    assert [sorted(x.session_id for x in g.results) for g in got] == [["s0", "s1", "s2"]]
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_a_group_whose_step_keeps_failing_is_still_dead_lettered(client, r):
+    """The hold is no escape from ``max_deliveries``: a group whose training step raises every
+    time is yielded until its last session exceeds it, then that session is dead-lettered."""
+    client.max_deliveries = 2
+    submit(client, "poison", 2)
+    publish(r, "poison", "p0", "p1")
+    yielded = 0
+    for _ in range(4):
+        try:
+            for _g in groups(client):
+                yielded += 1
+                raise RuntimeError("the training step fails")
+        except RuntimeError:
+            pass
+    assert yielded == 2  # delivered twice, then p1 was dead-lettered and the group cannot close
+    dead = r.xrange(keys.RESULTS_DEAD_LETTER)
+    assert len(dead) == 1 and b"max_deliveries=2" in dead[0][1][b"reason"]
