@@ -165,7 +165,10 @@ class PrefixMergingBuilder:
             metadata=ctx.trace_metadata(
                 self.name, chain_index=index, completion_ids=[r.completion_id for r in chain.records],
                 turns=chain.turns, context_exact=chain.exact,
-                policy_version=last.policy_version or ctx.metadata.get("policy_version")),
+                policy_version=last.policy_version or ctx.metadata.get("policy_version"),
+                # every merged turn's: a chain sampled across a weight swap is as stale as its oldest
+                policy_versions=list(dict.fromkeys(r.policy_version or ctx.metadata.get("policy_version")
+                                                   for r in chain.records))),
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus
@@ -30,13 +30,52 @@ def usable(result: SessionResult, include_timeouts: bool = False) -> bool:
 
 
 def policy_version(result: SessionResult) -> int | None:
-    raw = result.metadata.get("policy_version")
+    """The oldest policy version that sampled any of the session's tokens (a session that ran
+    across a weight swap is as stale as its earliest turns): each merged turn's version
+    (``policy_versions``), else each trace's, else the task's. Unknown: None."""
+    found: list[Any] = []
     for trace in result.trajectory.traces:
-        raw = trace.metadata.get("policy_version", raw)  # the version that actually sampled it
+        found.extend(trace.metadata.get("policy_versions") or [trace.metadata.get("policy_version")])
+    versions = [v for v in (_int(raw) for raw in found) if v is not None]
+    if versions:
+        return min(versions)
+    return _int(result.metadata.get("policy_version"))
+
+
+def _int(raw: Any) -> int | None:
     try:
         return int(raw) if raw is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def training_reward(result: SessionResult, trace_index: int) -> float:
+    """The reward a trainer is handed for one of the session's traces: the trace's own (a filter
+    or a per-trace grader set it), else the session's; none, or not finite: 0.0 (such a session
+    is not ``usable``, and the adapters train none of its tokens)."""
+    reward = result.trajectory.traces[trace_index].reward
+    reward = result.reward if reward is None else reward
+    return float(reward) if reward is not None and math.isfinite(reward) else 0.0
+
+
+class NoSingleSequence(ValueError):
+    """A session that is no one sequence for a trainer taking one per sample."""
+
+
+def main_trace(result: SessionResult) -> int:
+    """The index of the session's one sequence, for trainers that take one per sample (verl's
+    agent loop, SkyRL, slime's groups): its only trace, or, where prefix merging kept a harness's
+    side conversations apart (opencode's title call, a sub-agent), the trace with the most sampled
+    tokens (the latest of equals). A per-request trajectory of several calls has no such one, and
+    a session that made no model call has none at all: both raise ``NoSingleSequence``."""
+    traces = result.trajectory.traces
+    if not traces:
+        raise NoSingleSequence(f"session {result.session_id} ({result.status.value}) made no model call: "
+                               "it has no tokens to train on")
+    if len(traces) > 1 and result.trajectory.metadata.get("builder") == "per_request":
+        raise NoSingleSequence(f"session {result.session_id} is {len(traces)} per-request traces: a trainer taking "
+                               "one sequence per sample needs the builder prefix_merging (or SkyRL's step-wise mode)")
+    return max(range(len(traces)), key=lambda i: (traces[i].trainable_tokens, i))
 
 
 def stale(result: SessionResult, current_version: int, max_lag: int) -> bool:
@@ -87,20 +126,26 @@ def advantages(group: Group, method: Literal["grpo", "loo"] = "grpo", eps: float
                include_timeouts: bool = False) -> dict[tuple[str, int], float]:
     """``{(session_id, trace_index): advantage}`` over the group's usable sessions.
 
-    grpo: (r - mean) / (std + eps). loo (leave-one-out): r - mean of the others' rewards. A group
-    with one usable session, or all rewards equal, teaches nothing: every advantage is 0.
+    grpo: (r - mean) / (std + eps). loo (leave-one-out): r - mean of the others' rewards. The
+    group's statistics are the sessions' rewards; a trace whose own reward differs (e.g. zeroed by
+    ``filters.zero_unparsed``) is scored with its own reward against them. A group with one
+    usable session, or all rewards equal, teaches nothing: every advantage is 0.
     """
+    if method not in ("grpo", "loo"):
+        raise ValueError(f"unknown advantage method {method!r}: grpo or loo")
     sessions = group.usable(include_timeouts)
     rewards = [float(r.reward or 0.0) for r in sessions]  # usable: never None
     n = len(rewards)
-    if n < 2:
-        per_session = [0.0] * n
-    elif method == "grpo":
-        mean, std = sum(rewards) / n, _std(rewards)
-        per_session = [(r - mean) / (std + eps) for r in rewards]
-    elif method == "loo":
-        total = sum(rewards)
-        per_session = [r - (total - r) / (n - 1) for r in rewards]
-    else:
-        raise ValueError(f"unknown advantage method {method!r}: grpo or loo")
-    return {(s.session_id, i): a for s, a in zip(sessions, per_session) for i in range(len(s.trajectory.traces))}
+    total = sum(rewards)
+    mean, std = (total / n, _std(rewards)) if n else (0.0, 0.0)
+    out: dict[tuple[str, int], float] = {}
+    for s, own in zip(sessions, rewards):
+        for i in range(len(s.trajectory.traces)):
+            r = training_reward(s, i)
+            if n < 2 or (std == 0.0 and r == own):
+                out[(s.session_id, i)] = 0.0
+            elif method == "grpo":
+                out[(s.session_id, i)] = (r - mean) / (std + eps)
+            else:
+                out[(s.session_id, i)] = r - (total - own) / (n - 1)
+    return out

@@ -1,27 +1,51 @@
 """SkyRL ``GeneratorOutput`` fields (``skyrl/train/generators/base.py``) from a group of session
-results: one sequence per trace, ``trajectory_ids`` as ``{instance_id, repetition_id}`` (the task
-and the sample index)."""
+results, in the order given.
+
+By default one sequence per session (SkyRL asserts one output per input prompt): the session's
+main trace (``groups.main_trace``). ``step_wise=True`` gives every trace of a session as a step
+(SkyRL's step-wise training: ``is_last_step`` marks a session's last, which carries the outcome
+reward; earlier steps 0.0). ``trajectory_ids`` are SkyRL's ``TrajectoryID`` when SkyRL is
+installed, else dicts of the same fields (task id, sample index). A session SkyRL must not learn
+from (not ``groups.usable``) keeps its sequence with a zero mask and reward 0.0.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.schemas import SessionResult
+from pipeline.trainers.groups import main_trace, training_reward, usable
 
 
-def to_generator_output(results: list[SessionResult]) -> dict[str, Any]:
+def to_generator_output(results: list[SessionResult], *, step_wise: bool = False) -> dict[str, Any]:
     out: dict[str, list[Any]] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
-                                                 "stop_reasons", "rollout_logprobs", "trajectory_ids")}
+                                                 "stop_reasons", "rollout_logprobs", "trajectory_ids",
+                                                 "is_last_step")}
+    make_id = _trajectory_id()
     for r in results:
-        for t in r.trajectory.traces:
+        traces = r.trajectory.traces
+        indexes = list(range(len(traces))) if step_wise and traces else [main_trace(r)]
+        trains = usable(r)
+        for n, i in enumerate(indexes):
+            t, last = traces[i], n == len(indexes) - 1
             out["prompt_token_ids"].append(list(t.prompt_ids))
             out["response_ids"].append(list(t.response_ids))
-            out["rewards"].append(t.reward if t.reward is not None else r.reward)
-            out["loss_masks"].append([int(m) for m in t.loss_mask])
+            out["rewards"].append(training_reward(r, i) if trains and last else 0.0)
+            out["loss_masks"].append([int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids))
             out["stop_reasons"].append(t.finish_reason or r.status.value.lower())
             out["rollout_logprobs"].append([lp.logprob for lp in t.response_logprobs])
-            out["trajectory_ids"].append({"instance_id": r.task_id, "repetition_id": r.sample_index})
+            out["trajectory_ids"].append(make_id(instance_id=r.task_id, repetition_id=r.sample_index))
+            out["is_last_step"].append(last)
     statuses = [r.status.value for r in results]
-    return {**out, "rollout_metrics": {"sessions": len(results),
-                                       "completed": statuses.count("COMPLETED"),
+    return {**out, "rollout_metrics": {"sessions": len(results), "completed": statuses.count("COMPLETED"),
+                                       "trained": sum(usable(r) for r in results),
                                        "sequences": len(out["response_ids"])}}
+
+
+def _trajectory_id() -> Any:
+    for module in ("skyrl.train.generators.base", "skyrl_train.generators.base"):
+        try:
+            return __import__(module, fromlist=["TrajectoryID"]).TrajectoryID
+        except ImportError:
+            continue
+    return dict

@@ -5,6 +5,11 @@
 ``{reward_key: value}``), ``status`` (TIMEOUT -> ABORTED, ERROR/CANCELLED -> FAILED, a length
 cut -> TRUNCATED, else COMPLETED); aborted and failed samples train on nothing (all-zero mask).
 ``to_samples(..., sample_cls=Sample)`` builds slime's own objects; without it, dicts.
+
+``to_sample``: the one sample of a session (its main trace, ``groups.main_trace``), what a
+group of ``n_samples_per_prompt`` needs: a session that made no model call is an empty FAILED
+sample, so the group keeps its size. Any session that is not ``groups.usable`` (also one
+COMPLETED without a finite reward) trains nothing; its reward is 0.0.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus
+from pipeline.trainers.groups import main_trace, training_reward, usable
 
 STATUS = {SessionStatus.TIMEOUT: "ABORTED", SessionStatus.ERROR: "FAILED", SessionStatus.CANCELLED: "FAILED"}
 
@@ -31,29 +37,48 @@ def sample_status(result: SessionResult, finish_reason: str | None) -> str:
 def to_samples(result: SessionResult, *, group_index: int | None = None, reward_key: str | None = None,
                advantage: dict[tuple[str, int], float] | None = None, max_tokens: int | None = None,
                sample_cls: Any = None) -> list[Any]:
+    """One sample per trace (a per-request trajectory's calls, each its own sample)."""
     out = []
     for i, t in enumerate(result.trajectory.traces):
-        tokens = [*t.prompt_ids, *t.response_ids]
-        if not t.response_ids or (max_tokens is not None and len(tokens) > max_tokens):
+        if not t.response_ids or (max_tokens is not None and len(t.prompt_ids) + len(t.response_ids) > max_tokens):
             continue  # nothing to train on, or more than the trainer takes
-        logprobs = [lp.logprob for lp in t.response_logprobs]
-        bad = [j for j, (m, lp) in enumerate(zip(t.loss_mask, logprobs)) if m and not math.isfinite(lp)]
-        if bad:
-            raise RolloutLogprobError(f"{result.session_id} trace {i}: trainable tokens {bad[:5]} have no logprob")
-        status = sample_status(result, t.finish_reason)
-        reward = t.reward if t.reward is not None else result.reward
-        fields = {
-            "group_index": group_index, "index": i, "session_id": result.session_id,
-            "prompt": t.prompt_messages, "tokens": tokens, "response_length": len(t.response_ids),
-            "loss_mask": [0] * len(t.response_ids) if status in ("ABORTED", "FAILED") else [int(m) for m in t.loss_mask],
-            "rollout_log_probs": logprobs, "reward": {reward_key: reward} if reward_key else reward,
-            "status": status,
-            "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
-                                   **({"advantage": advantage[(result.session_id, i)]}
-                                      if advantage and (result.session_id, i) in advantage else {})}},
-        }
-        out.append(_build(sample_cls, fields))
+        out.append(_sample(result, i, group_index, reward_key, advantage, sample_cls))
     return out
+
+
+def to_sample(result: SessionResult, *, group_index: int | None = None, reward_key: str | None = None,
+              advantage: dict[tuple[str, int], float] | None = None, sample_cls: Any = None) -> Any:
+    """The session's one sample (its main trace; a session without a model call: an empty FAILED one)."""
+    if not result.trajectory.traces:
+        fields: dict[str, Any] = {"group_index": group_index, "index": result.sample_index, "session_id": result.session_id,
+                  "prompt": [], "tokens": [], "response_length": 0, "loss_mask": [], "rollout_log_probs": [],
+                  "reward": {reward_key: 0.0} if reward_key else 0.0, "status": "FAILED",
+                  "metadata": {"polar": {"task_id": result.task_id, "session_status": result.status.value}}}
+        return _build(sample_cls, fields)
+    return _sample(result, main_trace(result), group_index, reward_key, advantage, sample_cls,
+                   index=result.sample_index)
+
+
+def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: str | None,
+            advantage: dict[tuple[str, int], float] | None, sample_cls: Any, index: int | None = None) -> Any:
+    t = result.trajectory.traces[i]
+    logprobs = [lp.logprob for lp in t.response_logprobs]
+    bad = [j for j, (m, lp) in enumerate(zip(t.loss_mask, logprobs)) if m and not math.isfinite(lp)]
+    if bad:
+        raise RolloutLogprobError(f"{result.session_id} trace {i}: trainable tokens {bad[:5]} have no logprob")
+    status, trains = sample_status(result, t.finish_reason), usable(result)
+    reward = training_reward(result, i) if trains else 0.0
+    fields = {
+        "group_index": group_index, "index": i if index is None else index, "session_id": result.session_id,
+        "prompt": t.prompt_messages, "tokens": [*t.prompt_ids, *t.response_ids], "response_length": len(t.response_ids),
+        "loss_mask": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
+        "rollout_log_probs": logprobs, "reward": {reward_key: reward} if reward_key else reward,
+        "status": status,
+        "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
+                               "trained": trains, **({"advantage": advantage[(result.session_id, i)]}
+                                                     if advantage and (result.session_id, i) in advantage else {})}},
+    }
+    return _build(sample_cls, fields)
 
 
 def _build(sample_cls: Any, fields: dict[str, Any]) -> Any:

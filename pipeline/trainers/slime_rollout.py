@@ -10,9 +10,13 @@ policy version and rollout id in its metadata. The results come back as slime ``
 
 What it reads from ``args`` (all optional but the template): ``polar_task_template``,
 ``polar_api_url`` / ``polar_api_token`` (else POLAR_API_URL / POLAR_API_TOKEN),
-``polar_timeout`` (seconds per rollout, default 3600), ``polar_reward_key`` (default "score"),
-``policy_version`` (else the rollout id). slime itself is imported only when present: without
-it the function returns plain dicts (the tests run that way).
+``polar_timeout`` (seconds per rollout, default 3600), ``polar_reward_key`` (default none: a float
+reward, what slime reads without ``--reward-key``; set both to the same key for a dict),
+``policy_version`` (else the rollout id). Each session is one sample (``slime.to_sample``), so
+every group holds ``n_samples_per_prompt``, as slime's reward post-processing reshapes them.
+Evaluation is refused: it would draw the training data source's prompts (slime's eval datasets
+are ``--eval-prompt-data``; leave ``--eval-function-path`` at slime's own). slime itself is
+imported only when present: without it the function returns plain dicts (the tests run that way).
 """
 
 from __future__ import annotations
@@ -58,8 +62,15 @@ def _sample_class() -> Any:
 
 
 def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    if evaluation:
+        raise ValueError("polar's generate_rollout runs training rollouts only: evaluating would consume the training "
+                         "data source's prompts; keep --eval-function-path at slime's own eval rollout")
     with open(args.polar_task_template) as f:
         template = json.load(f)
+    if (template.get("builder") or {}).get("strategy", "per_request") == "per_request":
+        # checked before a rollout is spent: a session of several calls would be several samples
+        raise ValueError(f"{args.polar_task_template}: slime takes one sample per session, which needs "
+                         '"builder": {"strategy": "prefix_merging"} in the task template')
     client = RolloutClient(getattr(args, "polar_api_url", None) or os.environ["POLAR_API_URL"],
                            api_token=getattr(args, "polar_api_token", None) or os.environ.get("POLAR_API_TOKEN"))
     n = int(getattr(args, "n_samples_per_prompt", 1))
@@ -67,40 +78,26 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     prompt_groups = data_source.get_samples(int(getattr(args, "rollout_batch_size", 1)))
     submitted = [client.submit(task_for(template, g, rollout_id, n, version)) for g in prompt_groups]
     timeout = float(getattr(args, "polar_timeout", 3600))
-    sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", "score")
+    sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", None)
     samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
     for index, task_id in enumerate(submitted):
         status = client.wait(task_id, timeout=timeout, poll_seconds=1.0)
         group = groups.Group(task_id, status.results, n)
         adv = groups.advantages(group)
-        samples.append([s for r in status.results for s in slime.to_samples(
-            r, group_index=index, reward_key=reward_key, advantage=adv, sample_cls=sample_cls)])
+        ordered = sorted(status.results, key=lambda r: r.sample_index)
+        samples.append([slime.to_sample(r, group_index=index, reward_key=reward_key, advantage=adv,
+                                        sample_cls=sample_cls) for r in ordered])
         metrics["sessions"] += len(status.results)
         metrics["usable"] += int(group.stats["usable"])
         metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())
     metrics["reward_mean"] = metrics["reward_sum"] / metrics["usable"] if metrics["usable"] else 0.0
-    return _output(samples, metrics, evaluation)
+    return _output(samples, metrics)
 
 
-def _output(samples: list[list[Any]], metrics: dict[str, Any], evaluation: bool) -> Any:
-    """slime's RolloutFnTrainOutput / RolloutFnEvalOutput when slime is installed, else a dict."""
+def _output(samples: list[list[Any]], metrics: dict[str, Any]) -> Any:
+    """slime's RolloutFnTrainOutput when slime is installed, else a dict."""
     try:  # slime/rollout/base_types.py
-        from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+        from slime.rollout.base_types import RolloutFnTrainOutput
     except ImportError:
         return {"samples": samples, "metrics": metrics}
-    if evaluation:  # slime's eval data: per dataset, rewards / truncated / samples
-        flat = [s for group in samples for s in group]
-        return RolloutFnEvalOutput(data={"polar": {
-            "rewards": [_reward(s) for s in flat], "truncated": [_status(s) == "TRUNCATED" for s in flat],
-            "samples": flat}})
     return RolloutFnTrainOutput(samples=samples, metrics=metrics)
-
-
-def _reward(sample: Any) -> Any:
-    reward = getattr(sample, "reward", None)
-    return next(iter(reward.values())) if isinstance(reward, dict) and reward else reward
-
-
-def _status(sample: Any) -> str:
-    status = getattr(sample, "status", "")
-    return str(getattr(status, "name", status))

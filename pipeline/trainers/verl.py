@@ -1,22 +1,58 @@
 """verl agent-loop output fields (``AgentLoopOutput`` in ``verl/experimental/agent_loop``) from a
-session result: one output per trace; ``response_mask`` 1 where the policy sampled, 0 for tool
-and template tokens in between."""
+session result. ``response_mask`` is 1 where the policy sampled, 0 for tool and template tokens
+in between; ``reward_score`` is a float (verl puts it on the last response token).
+
+``to_agent_loop_output``: the one output an agent loop returns per sample -- the session's main
+trace (``groups.main_trace``), cut to verl's ``response_length`` as verl's own tool agent loop
+cuts it. A session verl must not learn from (not ``groups.usable``: an error, a timeout, a
+cancel, no finite reward) or whose prompt exceeds ``prompt_length`` keeps its row with a zero
+mask and reward 0.0, so the batch keeps its shape. ``to_agent_loop_outputs``: every trace, for
+users who split sessions themselves.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pipeline.schemas import SessionResult
+from pipeline.trainers.groups import main_trace, training_reward, usable
+
+
+def to_agent_loop_output(result: SessionResult, *, prompt_length: int | None = None,
+                         response_length: int | None = None) -> dict[str, Any]:
+    index = main_trace(result)
+    out = _output(result, index)
+    left_out = len(result.trajectory.traces) - 1
+    if left_out:
+        out["extra_fields"]["traces_left_out"] = left_out  # side conversations (a title call, a sub-agent)
+    if response_length is not None and len(out["response_ids"]) > response_length:
+        for key in ("response_ids", "response_mask", "response_logprobs"):
+            out[key] = out[key][:response_length]
+        out["extra_fields"]["response_cut"] = True
+    if prompt_length is not None and len(out["prompt_ids"]) > prompt_length:
+        # Cutting the prompt would train on a context the policy never saw: the row trains nothing.
+        out["prompt_ids"] = out["prompt_ids"][-prompt_length:]
+        out["response_mask"] = [0] * len(out["response_ids"])
+        out["reward_score"] = 0.0
+        out["extra_fields"]["overlong_prompt"] = True
+    return out
 
 
 def to_agent_loop_outputs(result: SessionResult) -> list[dict[str, Any]]:
-    return [{
+    return [_output(result, i) for i in range(len(result.trajectory.traces))]
+
+
+def _output(result: SessionResult, i: int) -> dict[str, Any]:
+    t = result.trajectory.traces[i]
+    trains = usable(result)
+    messages = [m for m in (*t.prompt_messages, *t.response_messages) if m.get("role") != "system"]
+    return {
         "prompt_ids": list(t.prompt_ids), "response_ids": list(t.response_ids),
-        "response_mask": [int(m) for m in t.loss_mask],
+        "response_mask": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
         "response_logprobs": [lp.logprob for lp in t.response_logprobs],
-        "reward_score": t.reward if t.reward is not None else result.reward,
-        "num_turns": len(t.metadata.get("turns") or []) or 1,
+        "reward_score": training_reward(result, i) if trains else 0.0,
+        "num_turns": len(messages) or 1,  # user, assistant and tool turns, as verl counts them
         "metrics": {}, "multi_modal_data": {},
         "extra_fields": {"session_id": result.session_id, "task_id": result.task_id, "trace_index": i,
-                         "status": result.status.value},
-    } for i, t in enumerate(result.trajectory.traces)]
+                         "status": result.status.value, "trained": trains},
+    }

@@ -81,12 +81,14 @@ def test_real_merged_trajectories_convert_for_slime_verl_and_skyrl(client, demo_
     assert set(adv.values()) == {0.0}  # both solved the task: nothing to learn from this group
     for result in status.results:
         [trace] = result.trajectory.traces
-        [sample] = slime.to_samples(result, reward_key="score", advantage=adv)
+        sample = slime.to_sample(result, reward_key="score", advantage=adv)
         assert len(sample["tokens"]) == len(trace.prompt_ids) + sample["response_length"]
         assert sum(sample["loss_mask"]) == trace.trainable_tokens > 0
         assert sample["status"] == "COMPLETED" and sample["reward"] == {"score": 1.0}
-        [out] = verl.to_agent_loop_outputs(result)
-        assert out["response_mask"] == sample["loss_mask"] and out["num_turns"] == 3
+        out = verl.to_agent_loop_output(result)
+        # verl's count: the user's turn, then every assistant and tool turn the session's calls made
+        assert out["response_mask"] == sample["loss_mask"] and out["num_turns"] == 1 + len(trace.response_messages)
+        assert [m["role"] for m in trace.prompt_messages] == ["system", "user"]
     gen = skyrl.to_generator_output(status.results)
     assert [len(m) for m in gen["loss_masks"]] == [len(r) for r in gen["response_ids"]]
 

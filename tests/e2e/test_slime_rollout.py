@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from pipeline.trainers.slime_rollout import generate_rollout
 from tests.e2e.conftest import EXAMPLES
 
@@ -28,6 +30,7 @@ class DataSource:
 def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_path):
     template = json.loads((EXAMPLES / "demo_task.json").read_text())
     template["runtime"]["prepare"][0]["src"] = str(EXAMPLES / "bash_agent.py")
+    template["builder"] = {"strategy": "prefix_merging"}  # one sample per session
     path = tmp_path / "template.json"
     path.write_text(json.dumps(template))
     args = SimpleNamespace(polar_task_template=str(path), polar_api_url=stack.settings.api_url,
@@ -38,9 +41,18 @@ def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_pa
     out = generate_rollout(args, rollout_id=7, data_source=DataSource(prompts))
     assert len(out["samples"]) == 2 and out["metrics"]["sessions"] == 4 and out["metrics"]["usable"] == 4
     for index, group in enumerate(out["samples"]):
-        sessions = {s["session_id"] for s in group}
-        assert len(sessions) == 2 and {s["group_index"] for s in group} == {index}
+        # exactly n_samples_per_prompt samples (slime reshapes rewards by it), one per session, in sample order
+        assert len(group) == 2 and len({s["session_id"] for s in group}) == 2 and [s["index"] for s in group] == [0, 1]
+        assert {s["group_index"] for s in group} == {index}
         for s in group:
             assert len(s["tokens"]) > s["response_length"] == len(s["loss_mask"]) == len(s["rollout_log_probs"])
-            assert s["reward"] == {"score": 1.0} and s["status"] == "COMPLETED"
+            assert s["reward"] == 1.0 and s["status"] == "COMPLETED"  # a float: slime's default --reward-key
+            assert sum(s["loss_mask"]) > 0 and s["metadata"]["polar"]["trained"]
     assert out["metrics"]["reward_mean"] == 1.0
+
+    template["builder"] = {"strategy": "per_request"}
+    path.write_text(json.dumps(template))
+    with pytest.raises(ValueError, match="prefix_merging"):  # refused before a rollout is spent
+        generate_rollout(args, rollout_id=8, data_source=DataSource(prompts))
+    with pytest.raises(ValueError, match="eval"):  # evaluating would eat the training prompts
+        generate_rollout(args, rollout_id=8, data_source=DataSource(prompts), evaluation=True)

@@ -87,15 +87,85 @@ def test_slime_builds_its_own_sample_class_when_given():
     assert isinstance(s, Sample) and s.status == "c" and s.response_length == 4
 
 
-def test_verl_and_skyrl_fields():
-    r = result("a", 1.0, traces=[trace(), trace(mask=(0, 1))])
-    outs = verl.to_agent_loop_outputs(r)
-    assert [len(o["response_mask"]) for o in outs] == [4, 2] and outs[1]["response_mask"] == [0, 1]
-    assert outs[0]["reward_score"] == 1.0 and outs[0]["num_turns"] == 2
-    g = skyrl.to_generator_output([r, result("b", 0.0, index=1)])
-    assert len(g["response_ids"]) == len(g["loss_masks"]) == len(g["rollout_logprobs"]) == 3
-    assert g["trajectory_ids"][-1] == {"instance_id": "t", "repetition_id": 1}
-    assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "sequences": 3}
+def merged(sid, reward, status=SessionStatus.COMPLETED, traces=None, index=0) -> SessionResult:
+    r = result(sid, reward, status, traces, index)
+    r.trajectory.metadata = {"builder": "prefix_merging"}
+    return r
+
+
+def test_verl_gets_one_output_per_session_its_main_trace():
+    title, main = trace(mask=(1, 1)), trace(mask=(1, 0, 1, 1, 1))  # opencode: a title call apart
+    main.prompt_messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    main.response_messages = [{"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"},
+                              {"role": "assistant", "content": "b"}]
+    out = verl.to_agent_loop_output(merged("a", 1.0, traces=[title, main]))
+    assert out["response_mask"] == [1, 0, 1, 1, 1] and out["reward_score"] == 1.0 and out["num_turns"] == 4
+    assert out["extra_fields"]["trace_index"] == 1 and out["extra_fields"]["traces_left_out"] == 1
+    every = verl.to_agent_loop_outputs(merged("a", 1.0, traces=[title, main]))
+    assert [len(o["response_mask"]) for o in every] == [2, 5]
+
+
+def test_verl_cuts_the_response_to_its_length_and_trains_nothing_of_an_overlong_prompt():
+    out = verl.to_agent_loop_output(merged("a", 1.0, traces=[trace(n_prompt=3)]), response_length=2)
+    assert out["response_ids"] == [100, 101] and out["response_mask"] == [1, 1] and len(out["response_logprobs"]) == 2
+    long = verl.to_agent_loop_output(merged("a", 1.0, traces=[trace(n_prompt=9)]), prompt_length=4)
+    assert long["prompt_ids"] == [5, 6, 7, 8] and set(long["response_mask"]) == {0} and long["reward_score"] == 0.0
+
+
+@pytest.mark.parametrize("status, reward", [(SessionStatus.ERROR, 1.0), (SessionStatus.TIMEOUT, 1.0),
+                                            (SessionStatus.CANCELLED, None), (SessionStatus.COMPLETED, None),
+                                            (SessionStatus.COMPLETED, float("nan"))])
+def test_a_session_not_to_learn_from_keeps_its_row_with_no_mask_and_a_zero_reward(status, reward):
+    r = merged("a", reward, status, traces=[trace(reward=reward)])
+    out = verl.to_agent_loop_output(r)
+    assert set(out["response_mask"]) == {0} and out["reward_score"] == 0.0 and not out["extra_fields"]["trained"]
+    g = skyrl.to_generator_output([r])
+    assert g["rewards"] == [0.0] and set(g["loss_masks"][0]) == {0}
+    s = slime.to_sample(r, reward_key=None)
+    assert s["reward"] == 0.0 and set(s["loss_mask"]) == {0}
+
+
+def test_a_per_request_session_of_several_calls_is_no_one_sequence():
+    r = result("a", 1.0, traces=[trace(), trace()])
+    r.trajectory.metadata = {"builder": "per_request"}
+    for convert in (verl.to_agent_loop_output, slime.to_sample, lambda x: skyrl.to_generator_output([x])):
+        with pytest.raises(groups.NoSingleSequence, match="prefix_merging"):
+            convert(r)
+    steps = skyrl.to_generator_output([r], step_wise=True)  # SkyRL's step-wise mode takes them
+    assert steps["is_last_step"] == [False, True] and steps["rewards"] == [0.0, 1.0]
+
+
+def test_skyrl_one_sequence_per_session_in_order_with_trajectory_ids():
+    a = merged("a", 1.0, traces=[trace(mask=(1, 1)), trace()])
+    g = skyrl.to_generator_output([a, merged("b", 0.0, index=1)])
+    assert len(g["response_ids"]) == len(g["loss_masks"]) == len(g["rollout_logprobs"]) == 2
+    assert [len(m) for m in g["loss_masks"]] == [4, 4] and g["rewards"] == [1.0, 0.0]
+    assert g["trajectory_ids"][-1] == {"instance_id": "t", "repetition_id": 1} and g["is_last_step"] == [True, True]
+    assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "trained": 2, "sequences": 2}
+
+
+def test_slime_one_sample_per_session_and_an_empty_failed_one_without_calls():
+    s = slime.to_sample(merged("a", 0.5, traces=[trace(mask=(1,)), trace()], index=3), group_index=1)
+    assert s["response_length"] == 4 and s["index"] == 3 and s["reward"] == 0.5 and s["group_index"] == 1
+    none = slime.to_sample(merged("b", None, SessionStatus.ERROR, traces=[]), reward_key="score")
+    assert none["status"] == "FAILED" and none["tokens"] == [] and none["reward"] == {"score": 0.0}
+
+
+def test_staleness_counts_the_oldest_version_that_sampled_a_session():
+    t = trace(version="5")
+    t.metadata["policy_versions"] = ["3", "5"]  # merged across a weight swap
+    r = result("a", 1.0, traces=[t])
+    assert groups.policy_version(r) == 3 and groups.stale(r, current_version=5, max_lag=1)
+    split = result("b", 1.0, traces=[trace(version="4"), trace(version="6")])
+    assert groups.policy_version(split) == 4
+
+
+def test_a_trace_zeroed_by_a_filter_is_advantaged_as_its_own_reward():
+    a = result("a", 1.0, traces=[trace(reward=1.0), trace(reward=0.0)])  # its second trace: an unparsed call
+    adv = groups.advantages(groups.Group("t", [a, result("b", 0.0)], expected=2), "loo")
+    assert adv[("a", 0)] == 1.0 and adv[("a", 1)] == 0.0 and adv[("b", 0)] == -1.0
+    grpo = groups.advantages(groups.Group("t", [a, result("b", 0.0)], expected=2))
+    assert grpo[("a", 0)] > 0 and grpo[("a", 1)] == pytest.approx(grpo[("b", 0)])
 
 
 def test_a_turn_with_call_markup_but_no_parsed_call_zeroes_its_traces_reward():
