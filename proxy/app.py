@@ -65,6 +65,8 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         route = detect(request.method, "/" + path, request.headers)
         body = None
         if route is None and request.method == "POST" and serves(request.method, "/" + path):
+            # Only its body tells this call's API: the key is checked before a stranger's body is read.
+            gw.check_key(presented_key(key, request.headers, request.args))
             body = json_body(request)
             route = detect(request.method, "/" + path, request.headers, body)
         if route is None:

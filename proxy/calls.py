@@ -98,6 +98,10 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
+        if body is None and not _small_plain_body(req):
+            # Read only once the key is known good: a stranger's large (or compressed) body is
+            # never read or parsed, while a small one is parsed during the admission's round trip.
+            gw.check_key(presented_key(key, req.headers, req.args))
         raw: bytes | None = None
         warm: dict[str, Any] | None = None
         early: ProxyError | None = None
@@ -310,6 +314,15 @@ class _Job:
 
 def json_body(req: Request) -> Any:
     return json_of(body_bytes(req))
+
+
+EARLY_READ_BYTES = 256 * 1024  # a coding agent's request, up to long sessions (the 32k-token one: 132 kB)
+
+
+def _small_plain_body(req: Request) -> bool:
+    """A body read before the caller's key is checked: small, of known length, not compressed."""
+    length = req.content_length
+    return length is not None and length <= EARLY_READ_BYTES and not req.environ.get("HTTP_CONTENT_ENCODING")
 
 
 def body_bytes(req: Request) -> bytes:

@@ -186,6 +186,14 @@ class Gateway:
                 away = exc
         raise away
 
+    def check_key(self, key: str | None) -> str:
+        """The session of a live key, checked before a call's large body is read; waits for a
+        Redis that is away, as an admission does."""
+        try:
+            return self.gate.check(key)
+        except REDIS_AWAY as away:
+            return self._when_redis_back(lambda: self.gate.check(key), away)
+
     def cancel_admit(self, admission: "Admission") -> None:
         """An admission sent but given up before its verdict (the request's handler was killed):
         undo it when Redis answers, else its lease lapses on its own."""
