@@ -412,3 +412,71 @@ def test_host_tools_come_first_on_path_and_cannot_be_changed(backend, host, tmp_
                 str(tools / "bin" / "node") if backend in ("local", "bwrap") else "/polar/tools/bin/node")
     finally:
         rt.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_links_a_session_leaves_in_its_logs_are_never_written_or_read_through(backend, make, tmp_path):
+    """The session folder is written by what runs in it (a sandbox, a container): a link it leaves
+    where the worker writes a log, or in place of the logs folder, must not make the worker write
+    to (or read back) a file of the host's. (A bwrap session wrote a .pth file into the worker's
+    Python this way.)"""
+    rt = make(backend)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the host's\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN-123\n")
+    # a link planted where the next step's stdout goes
+    assert rt.exec(f'ln -s {victim} "$POLAR_SESSION_DIR/logs/next.stdout"').ok
+    res = rt.exec("echo written", log_name="next")
+    assert res.ok and res.stdout == "written\n" and victim.read_text() == "the host's\n"
+    # a command that swaps its own log for a link before it ends: its output, not the link's target
+    res = rt.exec(f'echo mine; rm "$POLAR_SESSION_DIR/logs/swap.stdout"; '
+                  f'ln -s {secret} "$POLAR_SESSION_DIR/logs/swap.stdout"', log_name="swap")
+    assert res.stdout == "mine\n" and "TOKEN" not in res.stdout
+    # the logs folder itself replaced by a link out: the next step fails, nothing lands outside
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert rt.exec(f'rm -rf "$POLAR_SESSION_DIR/logs" && ln -s {outside} "$POLAR_SESSION_DIR/logs"').ok
+    with pytest.raises(ExecError, match="logs"):
+        rt.exec("echo x", log_name="later")
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", ["local", "bwrap"])
+def test_cancel_kills_only_the_sessions_own_process_groups(backend, make):
+    """``.pids`` is in the session folder: a pid the session wrote there for a process that is not
+    its own (another session's, the worker's) is not killed by the cancel."""
+    rt = make(backend)
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert rt.exec(f'touch "$POLAR_SESSION_DIR/.pids/{bystander.pid}"').ok
+        rt.cancel()
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_the_bwrap_sandbox_does_not_see_the_services_folder(bwrap_available, tmp_path):
+    """bwrap shows the host read-only, but never POLAR_HOME: its secrets (tokens.json), Redis's
+    append-only file with every live session's key, the other sessions. The session's folder and
+    the harness tools kept there are bound back in."""
+    home = tmp_path / "home"
+    (home / "redis").mkdir(parents=True)
+    (home / "tokens.json").write_text('{"api_token": "SECRET"}')
+    (home / "redis" / "appendonly.aof").write_text("sk-polar-other-session")
+    (home / "tools" / "bin").mkdir(parents=True)
+    (home / "tools" / "bin" / "polar-hello").write_text("#!/bin/sh\necho hello from tools\n")
+    (home / "tools" / "bin" / "polar-hello").chmod(0o755)
+    (home / "runtimes" / "sess-other").mkdir(parents=True)
+    host = RuntimeHost(root=home / "runtimes", tools_dir=home / "tools", private=home)
+    rt = runtimes.create(RuntimeSpec(backend="bwrap"), "sess-mine", host)
+    rt.start()
+    try:
+        res = rt.exec(f'cat {home}/tokens.json {home}/redis/appendonly.aof; ls {home}/runtimes; polar-hello; '
+                      'echo kept > "$POLAR_SESSION_DIR/workspace/out.txt"')
+        assert "SECRET" not in res.stdout and "sk-polar-other" not in res.stdout and "sess-other" not in res.stdout
+        assert "hello from tools" in res.stdout
+        assert (home / "runtimes" / "sess-mine" / "workspace" / "out.txt").read_text() == "kept\n"
+    finally:
+        rt.stop()

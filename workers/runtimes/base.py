@@ -8,10 +8,11 @@ Errors are ``pipeline.errors.RuntimeBackendError`` (``RuntimeStartError``, ``Exe
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Callable, Protocol, runtime_checkable
 
 from pipeline.schemas import RuntimeSpec
 
@@ -36,26 +37,61 @@ class RuntimeHost:
     tools_dir: Path | None = None
     task_id: str = ""  # whose session it is (container labels)
     apptainer_bin: str | None = None
+    # The service's own folder (POLAR_HOME: secrets, Redis's files, every session): a sandbox
+    # that sees the host read-only does not see this (unset: the folder of every session's).
+    private: Path | None = None
 
     @classmethod
     def of(cls, settings: Any, task_id: str = "") -> "RuntimeHost":
         return cls(root=settings.runtime_root, docker_host=settings.docker_host,
                    proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
-                   apptainer_bin=settings.apptainer_bin)
+                   apptainer_bin=settings.apptainer_bin, private=settings.home)
 
 
 TAIL_BYTES = 64 * 1024  # how much of a command's output an ExecResult carries (the log file has all)
 
 
-def log_tail(path: Path) -> str:
-    """The last TAIL_BYTES of a command's log file, as text ("" when there is none)."""
+def create_in(folder: Path, name: str) -> BinaryIO:
+    """``folder/name`` created (or emptied) for the worker to write and read back, following no
+    symbolic link: a session's folders are written by what runs in the session too (a sandbox, a
+    container), which could leave a link in the place of ``folder`` or ``name`` pointing anywhere
+    on the worker's host. A link left as ``name`` is replaced; ``folder`` a link is an OSError."""
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            os.unlink(name, dir_fd=dir_fd)
+            fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return os.fdopen(fd, "w+b")
+
+
+def remove_in(folder: Path, name: str) -> None:
+    """``folder/name`` removed, if there, without following a link in ``folder``'s place."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def tail_of(f: BinaryIO) -> str:
+    """The last TAIL_BYTES of a log file the worker holds open, as text (read from the file it
+    wrote, never again by its path, which what ran in the session may have replaced by a link)."""
+    f.flush()
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - TAIL_BYTES))
+    return f.read().decode("utf-8", "replace")
 
 
 def tools_folder(host: RuntimeHost) -> str | None:

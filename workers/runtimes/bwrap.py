@@ -1,7 +1,8 @@
 """``bwrap``: the local runtime inside a bubblewrap sandbox (Debian's ``bubblewrap``; no root).
 
-Each command runs in its own sandbox: the host's filesystem read-only, the session directory
-writable, fresh PID/IPC/UTS namespaces with ``--die-with-parent``, so when the command ends or is
+Each command runs in its own sandbox: the host's filesystem read-only but for the service's own
+folder (``POLAR_HOME``: its secrets, Redis's files, the other sessions), which the sandbox does not
+see at all, the session directory writable (and the harness tools folder readable), fresh PID/IPC/UTS namespaces with ``--die-with-parent``, so when the command ends or is
 killed, everything it started -- ``setsid`` daemons included -- ends with it (a background
 process does not outlive its step). ``network: none`` or ``allow_internet: false`` also unshares
 the network: the proxy is then reached through a relay to its Unix socket, bound into the sandbox.
@@ -23,24 +24,28 @@ class BwrapRuntime(LocalRuntime):
     backend = "bwrap"
 
     def __init__(self, root: Path, workdir: Path, env: dict[str, str], isolated: bool = False,
-                 proxy_socket: str | None = None, tools_dir: str | None = None, pid_floor: int | None = None) -> None:
+                 proxy_socket: str | None = None, tools_dir: str | None = None, pid_floor: int | None = None,
+                 hidden: str | None = None) -> None:
         super().__init__(root, workdir, env, tools_dir, pid_floor)
         self.isolated = isolated
         self.proxy_socket = proxy_socket
-        self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket)
+        self.hidden = hidden or str(root.parent)
+        self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket, hidden=self.hidden)
 
     @classmethod
     def create(cls, spec: Any, session_id: str, host: RuntimeHost) -> "BwrapRuntime":
         local = LocalRuntime.create(spec, session_id, host)
         isolated = spec.network == "none" or not spec.allow_internet
+        hidden = (host.private or host.root).resolve()
         return cls(local.root, local.workdir, local.env, isolated,
-                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir, local.handle["pid_floor"])
+                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir, local.handle["pid_floor"],
+                   str(hidden))
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
         return cls(Path(handle["root"]), Path(handle["workdir"]), dict(handle.get("env") or {}),
                    bool(handle.get("isolated")), handle.get("proxy_socket"), handle.get("tools_dir"),
-                   int(handle.get("pid_floor") or 0))
+                   int(handle.get("pid_floor") or 0), handle.get("hidden"))
 
     def start(self) -> None:
         if shutil.which("bwrap") is None:
@@ -56,8 +61,12 @@ class BwrapRuntime(LocalRuntime):
 
     def argv(self, command: str, workdir: Path) -> list[str]:
         root = str(self.root)
+        # The service's folder is an empty tmpfs in the sandbox; the session (and the tools, when
+        # they live there) are bound back into it.
+        tools = ["--ro-bind", self.tools_dir, self.tools_dir] if self.tools_dir and _within(self.tools_dir, self.hidden) else []
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", root, root, "--chdir", str(workdir)]
+                "--ro-bind", "/", "/", "--tmpfs", self.hidden, *tools, "--dev", "/dev", "--proc", "/proc",
+                "--bind", root, root, "--chdir", str(workdir)]
         if not self.isolated:
             return [*args, "--", "bash", "-c", command]
         folder, name = relay.socket_folder(self.proxy_socket)
@@ -69,3 +78,7 @@ class BwrapRuntime(LocalRuntime):
                  f"for _ in $(seq 100); do (: > /dev/tcp/127.0.0.1/{relay.RELAY_PORT}) 2>/dev/null && break; "
                  'sleep 0.05; done; exec bash -c "$0"')
         return [*args, "--unshare-net", "--ro-bind", folder, mount, "--", "bash", "-c", inner, command]
+
+
+def _within(path: str, folder: str) -> bool:
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())

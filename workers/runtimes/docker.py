@@ -23,13 +23,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.errors import ExecError, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
 from workers.runtimes import relay
-from workers.runtimes.base import SESSION_MOUNT, ExecResult, RuntimeHost, log_tail, owner_session, tools_folder
+from workers.runtimes.base import (
+    SESSION_MOUNT,
+    ExecResult,
+    RuntimeHost,
+    create_in,
+    owner_session,
+    tail_of,
+    tools_folder,
+)
 from workers.runtimes.paths import container_path
 
 PROJECT_LABEL = "polar.project"
@@ -167,7 +175,7 @@ class DockerRuntime:
 
     def cancel(self) -> None:
         """Kill every process in the container but its idle init (from any process)."""
-        (self.root / ".cancelled").touch()
+        create_in(self.root, ".cancelled").close()
         try:
             self._run_quiet(["bash", "-c", "kill -KILL -1"])
         except ExecError:
@@ -220,7 +228,11 @@ class DockerRuntime:
         except Exception as exc:
             raise ExecError(f"cannot start the command in {self.name}: {exc}") from exc
         started = time.monotonic()
-        reader = threading.Thread(target=_drain, args=(stream, out_path, err_path), daemon=True)
+        try:  # the session folder is the container's to write too: never through a link it left
+            out, err = create_in(self.root / "logs", out_path.name), create_in(self.root / "logs", err_path.name)
+        except OSError as exc:
+            raise ExecError(f"cannot create the command's logs in {self.root / 'logs'}: {exc}") from exc
+        reader = threading.Thread(target=_drain, args=(stream, out, err), daemon=True)
         reader.start()
         timed_out = cancelled = False
         while reader.is_alive():
@@ -236,9 +248,10 @@ class DockerRuntime:
         reader.join(timeout=10)
         cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
         code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
-        return ExecResult(exit_code=code, stdout=log_tail(out_path), stderr=log_tail(err_path), timed_out=timed_out,
-                          cancelled=cancelled, duration_seconds=time.monotonic() - started,
-                          log_paths={"stdout": str(out_path), "stderr": str(err_path)})
+        with out, err:
+            return ExecResult(exit_code=code, stdout=tail_of(out), stderr=tail_of(err), timed_out=timed_out,
+                              cancelled=cancelled, duration_seconds=time.monotonic() - started,
+                              log_paths={"stdout": str(out_path), "stderr": str(err_path)})
 
     def _kill_group(self, pgid_file: str) -> None:
         try:
@@ -322,14 +335,13 @@ def _links_stay_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | N
     return tarfile.data_filter(member, dest)
 
 
-def _drain(stream: Any, out_path: Path, err_path: Path) -> None:
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        try:
-            for stdout, stderr in stream:
-                if stdout:
-                    out.write(stdout)
-                if stderr:
-                    err.write(stderr)
-        except Exception:  # the connection broke with the command (killed): what came is kept
-            pass
+def _drain(stream: Any, out: BinaryIO, err: BinaryIO) -> None:
+    try:
+        for stdout, stderr in stream:
+            if stdout:
+                out.write(stdout)
+            if stderr:
+                err.write(stderr)
+    except Exception:  # the connection broke with the command (killed): what came is kept
+        pass
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import ExecResult, RuntimeHost, log_tail, tools_folder
+from workers.runtimes.base import ExecResult, RuntimeHost, create_in, remove_in, tail_of, tools_folder
 from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
@@ -75,10 +75,13 @@ class LocalRuntime:
 
     def cancel(self) -> None:
         pids = self.root / ".pids"
-        if pids.is_dir():
-            (self.root / ".cancelled").touch()
+        if pids.is_dir() and not pids.is_symlink():
+            create_in(self.root, ".cancelled").close()
+            tag = f"POLAR_SESSION_DIR={self.root}".encode()
             for f in pids.iterdir():
-                _killpg(int(f.name), signal.SIGKILL)
+                # The folder is the session's to write: only a process group of this session is killed.
+                if f.name.isdigit() and _environ_holds(f.name, tag):
+                    _killpg(int(f.name), signal.SIGKILL)
         kill_session_processes(self.root, int(self.handle.get("pid_floor") or 0))
 
     # --- commands ----------------------------------------------------------------------------
@@ -108,15 +111,22 @@ class LocalRuntime:
         if (self.root / ".cancelled").exists():
             return ExecResult(None, cancelled=True)
         started = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            out, err = create_in(self.root / "logs", out_path.name), create_in(self.root / "logs", err_path.name)
+        except OSError as exc:
+            raise ExecError(f"cannot create the command's logs in {self.root / 'logs'}: {exc}") from exc
+        with out, err:
             try:
                 proc = subprocess.Popen(self.argv(command, workdir), cwd=workdir, env=full_env,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         start_new_session=True)
             except OSError as exc:
                 raise ExecError(f"cannot start command in {workdir}: {exc}") from exc
-            pidfile = self.root / ".pids" / str(proc.pid)
-            pidfile.touch()
+            pids = self.root / ".pids"
+            try:
+                create_in(pids, str(proc.pid)).close()
+            except OSError:
+                pass  # the session replaced its .pids folder: the sweep by environment still finds the group
             timed_out = cancelled = False
             exited = _ExitWatch(proc)
             try:
@@ -139,13 +149,13 @@ class LocalRuntime:
                 # Whatever the command left behind in its group goes with it.
                 _killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                pidfile.unlink(missing_ok=True)
-        return ExecResult(
-            exit_code=None if (timed_out or cancelled) else proc.returncode,
-            stdout=log_tail(out_path), stderr=log_tail(err_path), timed_out=timed_out,
-            cancelled=cancelled, duration_seconds=time.monotonic() - started,
-            log_paths={"stdout": str(out_path), "stderr": str(err_path)},
-        )
+                remove_in(pids, str(proc.pid))
+            return ExecResult(
+                exit_code=None if (timed_out or cancelled) else proc.returncode,
+                stdout=tail_of(out), stderr=tail_of(err), timed_out=timed_out,
+                cancelled=cancelled, duration_seconds=time.monotonic() - started,
+                log_paths={"stdout": str(out_path), "stderr": str(err_path)},
+            )
 
     # --- files -------------------------------------------------------------------------------
 
