@@ -49,8 +49,10 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) -> None:
     # An override left unset (None, e.g. no --workers) keeps the profile's value.
+    # No control socket: gunicorn 27 puts every master's at one path (~/.gunicorn/gunicorn.ctl),
+    # so one server stopping removed it from under every other stack's on the machine.
     options = {**PROFILES[profile], "bind": bind, "accesslog": None, "errorlog": "-",
-               "loglevel": "warning", "proc_name": f"polar-{profile}",
+               "loglevel": "warning", "proc_name": f"polar-{profile}", "control_socket_disable": True,
                **{k: v for k, v in overrides.items() if v is not None}}
     _App(app_path, options).run()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from infra.cli.errors import Unusable
 from infra.tokens import make_home
 from pipeline.settings import Settings
 
@@ -44,11 +45,20 @@ def build(out: Path | None, seed: int, force: bool) -> None:
               help="Which engine's token-id fields to speak.")
 @click.option("--chat-template", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Render prompts with this Jinja template instead of the model's (like vLLM's flag).")
+@click.option("--unauthenticated", is_flag=True,
+              help="Allow a --host beyond loopback: the server has no auth, like vLLM without --api-key, so only "
+                   "on a private network (a compose network, a cluster service).")
 def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
-          policies: tuple[str, ...], max_model_len: int, dialect: str, chat_template: Path | None) -> None:
+          policies: tuple[str, ...], max_model_len: int, dialect: str, chat_template: Path | None,
+          unauthenticated: bool) -> None:
     """Serve a model with vLLM's OpenAI-compatible token-id API."""
+    from infra.cli.main import LOOPBACK
     from infra.refserver import build_tiny_model
     from infra.serve import run
+
+    if not unauthenticated and host not in LOOPBACK and not host.startswith("127."):
+        raise Unusable(f"refusing to serve the model on {host} without auth: bind to 127.0.0.1, or pass "
+                       "--unauthenticated on a private network")
 
     settings = Settings.from_env()
     if model_dir is None:

@@ -158,3 +158,8 @@ def test_bench_only_an_unknown_name_is_a_usage_error(env):
 def test_refusing_an_open_bind_is_exit_2(env):
     out = polar({**env, "POLAR_REDIS_URL": "redis://127.0.0.1:1"}, "api", "--host", "0.0.0.0")
     assert out.exit_code == 2 and "POLAR_API_TOKEN" in out.stderr
+
+
+def test_the_model_server_has_no_auth_so_an_open_bind_must_be_asked_for(env):
+    out = polar(env, "model", "serve", "--host", "0.0.0.0", "--model-dir", "/nonexistent")
+    assert out.exit_code == 2 and "--unauthenticated" in out.stderr
