@@ -9,7 +9,8 @@ Hosts are compared as the resolver reads them: ``127.1``, ``2130706433``, ``0x7f
 (``resolved``): a name that resolves to this machine's loopback is judged as loopback, and the
 POST is then sent to those judged addresses, not to a second lookup (``workers/stages/callback.py``:
 a name cannot answer the check with one address and the connection with another).
-``POLAR_CALLBACK_ALLOWED_HOSTS`` is the strict setting.
+``POLAR_CALLBACK_ALLOWED_HOSTS`` is the strict setting. Link-local addresses (a cloud's metadata
+service at 169.254.169.254) are refused unless that setting lists them.
 """
 
 from __future__ import annotations
@@ -91,4 +92,13 @@ def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = (),
     own = {_host_port(u) for u in own_urls(settings)} | {(canonical_host(a), p) for a, p in own_resolved}
     if targets & own:
         return "callback_url points at this service's own endpoints"
+    if not allowed and any(_link_local(h) for h, _ in targets):
+        # 169.254.169.254 and its kind: a cloud's metadata service (instance credentials), never a receiver
+        return "callback_url points at a link-local address (a cloud metadata service?); list it in " \
+               "POLAR_CALLBACK_ALLOWED_HOSTS if it is really the receiver"
     return None
+
+
+def _link_local(host: str) -> bool:
+    address = _ip(host)
+    return address is not None and address.is_link_local

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -83,6 +84,8 @@ class CallbackOutbox:
         if not raw:
             return None
         rec: dict[str, Any] = {text(k): text(v) for k, v in raw.items()}
+        if "url" in rec:  # credentials in the URL are the receiver's: never shown or logged
+            rec["url"] = without_userinfo(rec["url"])
         rec["attempts"] = int(rec.get("attempts", 0))
         if "status_code" in rec:
             rec["status_code"] = int(rec["status_code"])
@@ -92,3 +95,11 @@ class CallbackOutbox:
 
 def _fields(info: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in info.items() if v is not None}
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with a ``user:password@`` in it masked."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))

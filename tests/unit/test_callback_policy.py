@@ -67,3 +67,19 @@ def test_an_own_endpoint_by_its_service_address_is_refused_at_delivery():
     assert refusal(url, settings) is None  # nothing resolved at submission
     assert refusal(url, settings, own_resolved=[("10.89.0.5", 8090)]) is not None
     assert refusal(url, settings, own_resolved=[("10.89.0.5", 9000)]) is None  # another port: another service
+
+
+@pytest.mark.parametrize("url, resolved", [("http://169.254.169.254/latest/meta-data/", []),
+                                           ("http://metadata.example/", ["169.254.169.254"]),
+                                           ("http://[fe80::1]:8080/", [])])
+def test_link_local_addresses_a_clouds_metadata_service_are_refused_unless_listed(url, resolved):
+    assert "link-local" in (refusal(url, SETTINGS, resolved=resolved) or "")
+    listed = Settings(**{**SETTINGS.model_dump(), "callback_allowed_hosts": "169.254.169.254,fe80::1,metadata.example"})
+    assert refusal(url, listed, resolved=resolved) is None
+
+
+def test_a_callback_urls_credentials_are_never_shown():
+    from pipeline.stores.callbacks import without_userinfo
+
+    assert without_userinfo("https://bot:s3cret@hooks.example/x?y=1") == "https://***@hooks.example/x?y=1"
+    assert without_userinfo("https://hooks.example/x") == "https://hooks.example/x"

@@ -23,6 +23,7 @@ from pipeline.errors import TransitionRefused
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus, Stage
 from pipeline.stores import lua
+from pipeline.stores.callbacks import without_userinfo
 from pipeline.stores.leases import StageLease
 from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
@@ -177,7 +178,7 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
         retry = resp.status_code >= 500 or resp.status_code in (408, 429)
         ended = "delivered" if resp.status_code < 300 else "refused"
     except httpx.HTTPError as exc:
-        info["last_error"] = f"{type(exc).__name__}: {exc}"
+        info["last_error"] = f"{type(exc).__name__}: {exc}".replace(url, without_userinfo(url))
         retry, ended = True, "failed"
     if retry and attempt < d.settings.callback_attempts:
         outbox.retry_at(task_id, time.time() + backoff_seconds(attempt), info)
