@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     # Host folders a task may upload from (prepare actions' src); nothing else on a worker host
     # can be copied into a runtime. Comma-separated; `polar up` adds its working directory.
     upload_roots: str = ""
+    # The most one upload may copy (a folder counted whole, links not followed): a payload naming a
+    # big folder would otherwise copy it once per session, num_samples times, onto the disk.
+    upload_max_mb: int = Field(default=1024, ge=1)
     apptainer_bin: str | None = None  # the apptainer CLI for the apptainer backend (default: on PATH)
     tools_dir: Path | None = None  # harness tools mounted read-only at /polar/tools (default $POLAR_HOME/tools)
     # What a session leaves for humans (agent output, step logs, harness transcripts), kept

@@ -53,7 +53,8 @@ class Warmup:
             actions = spec.runtime.eval_prepare if spec.runtime.eval_prepare is not None else spec.runtime.prepare
             run_prepare(runtime, actions, deadline=self.deadline, label="eval_prepare",
                         cancelled=lambda: d.stores.sessions.cancel_requested(sid),
-                        upload_roots=d.settings.upload_root_list, upload_excluded=d.settings.upload_excluded)
+                        upload_roots=d.settings.upload_root_list, upload_excluded=d.settings.upload_excluded,
+                        upload_max_bytes=d.settings.upload_max_mb * 2**20)
             d.stores.sessions.stamp(sid, "eval_runtime_ready_at")
         except Exception as exc:
             log.warning("run %s: the evaluation runtime could not be made ready: %s", sid, exc)

@@ -45,7 +45,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | Handoff:
         cancelled = lambda: d.stores.sessions.cancel_requested(sid)  # noqa: E731
         run_prepare(runtime, spec.runtime.prepare, deadline=deadline, cancelled=cancelled,
                     upload_roots=d.settings.upload_root_list if spec.runtime.prepare else [],  # (resolving costs syscalls)
-                    upload_excluded=d.settings.upload_excluded if spec.runtime.prepare else [])
+                    upload_excluded=d.settings.upload_excluded if spec.runtime.prepare else [],
+                    upload_max_bytes=d.settings.upload_max_mb * 2**20)
         env = harnesses.harness_env(runtime.reachable_url(d.settings.proxy_url), spec, state.key or "")
         harnesses.create(spec.agent.harness or "shell").setup(runtime, HarnessContext(spec, env))
         if cancelled():

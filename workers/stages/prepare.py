@@ -4,6 +4,7 @@ folders only (``pipeline/upload_policy.py``)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,12 +23,12 @@ class StepFailed(Exception):
 
 def run_prepare(runtime: Runtime, actions: Sequence[PrepareAction], *, deadline: float,
                 cancelled: Callable[[], bool], upload_roots: list[Path], upload_excluded: Sequence[Path],
-                label: str = "prepare") -> None:
+                label: str = "prepare", upload_max_bytes: int | None = None) -> None:
     for index, action in enumerate(actions):
         if action.type == "exec":
             _exec(runtime, action, f"{label}[{index}]", f"{label}.{index:02d}", deadline, cancelled)
         else:
-            _upload(runtime, action, f"{label}[{index}]", upload_roots, upload_excluded)
+            _upload(runtime, action, f"{label}[{index}]", upload_roots, upload_excluded, upload_max_bytes)
 
 
 def _exec(runtime: Runtime, action: PrepareAction, where: str, log_name: str, deadline: float,
@@ -53,7 +54,7 @@ def _exec(runtime: Runtime, action: PrepareAction, where: str, log_name: str, de
 
 
 def _upload(runtime: Runtime, action: PrepareAction, where: str, roots: list[Path],
-            excluded: Sequence[Path]) -> None:
+            excluded: Sequence[Path], max_bytes: int | None) -> None:
     src = action.src or ""
     why = upload_problem(src, roots, excluded)
     if why:
@@ -62,4 +63,25 @@ def _upload(runtime: Runtime, action: PrepareAction, where: str, roots: list[Pat
         raise StepFailed(Outcome.ERROR, f"{where}: {src} does not exist")
     if (action.type == "upload_dir") != Path(src).is_dir():
         raise StepFailed(Outcome.ERROR, f"{where}: {src} is {'not ' if action.type == 'upload_dir' else ''}a folder")
+    if max_bytes is not None and _size_over(Path(src), max_bytes):
+        raise StepFailed(Outcome.ERROR, f"{where}: {src} holds more than {max_bytes / 2**20:g} MB "
+                                        "(POLAR_UPLOAD_MAX_MB): upload less, or build it into the runtime's image")
     runtime.upload(src, action.dst or "")
+
+
+def _size_over(path: Path, limit: int) -> bool:
+    """Whether ``path`` (a file, or a folder counted whole, links not followed) holds more than
+    ``limit`` bytes; stops counting as soon as it does."""
+    if not path.is_dir():
+        return path.stat().st_size > limit
+    total, stack = 0, [str(path)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+                    if total > limit:
+                        return True
+    return False
