@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.schemas.records import CompletionRecord, UpstreamErrorRecord
-from workers.stages.postrun import last_call_unanswered
+from workers.stages.postrun import calls_unrecorded, last_call_unanswered
 
 
 def done(seq: int) -> CompletionRecord:
@@ -36,3 +36,13 @@ def failed(seq: int | None, status: int, kind: str = "Unavailable") -> UpstreamE
 def test_the_last_admitted_call_unanswered_by_a_fault_of_the_service(admitted, completions, errors, why):
     got = last_call_unanswered(admitted, completions, errors)
     assert (got is None) if why is None else (got is not None and why in got)
+
+
+@pytest.mark.parametrize("admitted, completions, errors, gaps", [
+    (3, [done(1), done(2), done(3)], [], 0),
+    (5, [done(1), done(2), done(4), done(5)], [], 1),  # call 3 sampled, its record lost in a long outage
+    (4, [done(1), done(4)], [failed(2, 503)], 1),
+    (2, [], [], 2),
+])
+def test_admitted_calls_without_any_record_are_counted(admitted, completions, errors, gaps):
+    assert calls_unrecorded(admitted, completions, errors) == gaps

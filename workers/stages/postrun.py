@@ -46,6 +46,10 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
         trajectory.metadata["calls_in_flight_left_out"] = still_in_flight
         log.warning("postrun %s: %d model call(s) still in flight after %.0fs; built without them", sid,
                     still_in_flight, d.settings.inflight_drain_seconds)
+    if not still_in_flight and (gaps := calls_unrecorded(state.calls_admitted, records, errors)):
+        # Admitted calls with neither a completion nor an error record (a record write that outlived
+        # the proxy's wait for Redis, a killed proxy): the agent got no answer from them; counted.
+        trajectory.metadata["calls_unrecorded"] = gaps
     unanswered = last_call_unanswered(state.calls_admitted, records, errors) if not still_in_flight else None
     if unanswered:
         trajectory.metadata["last_call_unanswered"] = unanswered
@@ -79,6 +83,12 @@ def call_errors(errors: list) -> dict:
     last = max(failed, key=lambda e: e.finished_at or 0)
     return {**out, "proxy_errors": dict(Counter(e.error_type for e in failed)),
             "last_proxy_error": f"{last.status_code} {last.error_type}: {last.message[:500]}"}
+
+
+def calls_unrecorded(admitted: int, completions: list, errors: list) -> int:
+    """How many of the session's ``admitted`` calls (seqs 1..admitted) left no record at all."""
+    recorded = {c.seq for c in completions} | {e.seq for e in errors if e.seq is not None}
+    return sum(1 for seq in range(1, admitted + 1) if seq not in recorded)
 
 
 def last_call_unanswered(admitted: int, completions: list, errors: list) -> str | None:
