@@ -285,8 +285,10 @@ def test_an_agent_that_exits_0_after_its_last_call_failed_on_the_services_side_i
                                                                               Stage.CALLBACK)] == ["done"] * 3
     by = {sid: deps.stores.outputs.result(sid) for sid in (lost, failed, retried)}
     assert by[lost].status == SessionStatus.ERROR and "1 admitted model call(s) left no record" in by[lost].error
+    assert by[lost].trajectory.metadata["calls_unrecorded"] == 1
     assert by[failed].status == SessionStatus.ERROR and "502 UpstreamError" in by[failed].error
     assert by[retried].status == SessionStatus.COMPLETED and by[retried].reward == 1.0
+    assert "calls_unrecorded" not in by[retried].trajectory.metadata
 
 
 def _proxy(d):
