@@ -37,9 +37,10 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
             out["trajectory_ids"].append(make_id(instance_id=r.task_id, repetition_id=r.sample_index))
             out["is_last_step"].append(last)
     statuses = [r.status.value for r in results]
+    inexact = sum(1 for r in results for t in r.trajectory.traces if t.metadata.get("context_exact") is False)
     return {**out, "rollout_metrics": {"sessions": len(results), "completed": statuses.count("COMPLETED"),
                                        "trained": sum(usable(r) for r in results),
-                                       "sequences": len(out["response_ids"])}}
+                                       "sequences": len(out["response_ids"]), "inexact_context_traces": inexact}}
 
 
 def _trajectory_id() -> Any:

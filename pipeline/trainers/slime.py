@@ -75,7 +75,8 @@ def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: 
         "rollout_log_probs": logprobs, "reward": {reward_key: reward} if reward_key else reward,
         "status": status,
         "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
-                               "trained": trains, **({"advantage": advantage[(result.session_id, i)]}
+                               "trained": trains, "context_exact": t.metadata.get("context_exact", True),
+                               **({"advantage": advantage[(result.session_id, i)]}
                                                      if advantage and (result.session_id, i) in advantage else {})}},
     }
     return _build(sample_cls, fields)

@@ -54,5 +54,7 @@ def _output(result: SessionResult, i: int) -> dict[str, Any]:
         "num_turns": len(messages) or 1,  # user, assistant and tool turns, as verl counts them
         "metrics": {}, "multi_modal_data": {},
         "extra_fields": {"session_id": result.session_id, "task_id": result.task_id, "trace_index": i,
-                         "status": result.status.value, "trained": trains},
+                         "status": result.status.value, "trained": trains,
+                         # False: a merged turn's context drifted from what the policy saw (prefix merging)
+                         "context_exact": t.metadata.get("context_exact", True)},
     }

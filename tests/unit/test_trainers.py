@@ -141,7 +141,17 @@ def test_skyrl_one_sequence_per_session_in_order_with_trajectory_ids():
     assert len(g["response_ids"]) == len(g["loss_masks"]) == len(g["rollout_logprobs"]) == 2
     assert [len(m) for m in g["loss_masks"]] == [4, 4] and g["rewards"] == [1.0, 0.0]
     assert g["trajectory_ids"][-1] == {"instance_id": "t", "repetition_id": 1} and g["is_last_step"] == [True, True]
-    assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "trained": 2, "sequences": 2}
+    assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "trained": 2, "sequences": 2,
+                                    "inexact_context_traces": 0}
+
+
+def test_a_merged_trace_whose_context_drifted_is_flagged_to_every_trainer():
+    t = trace()
+    t.metadata["context_exact"] = False
+    r = merged("a", 1.0, traces=[t])
+    assert verl.to_agent_loop_output(r)["extra_fields"]["context_exact"] is False
+    assert slime.to_sample(r)["metadata"]["polar"]["context_exact"] is False
+    assert skyrl.to_generator_output([r])["rollout_metrics"]["inexact_context_traces"] == 1
 
 
 def test_slime_one_sample_per_session_and_an_empty_failed_one_without_calls():
