@@ -468,15 +468,22 @@ def test_the_bwrap_sandbox_does_not_see_the_services_folder(bwrap_available, tmp
     (home / "tools" / "bin").mkdir(parents=True)
     (home / "tools" / "bin" / "polar-hello").write_text("#!/bin/sh\necho hello from tools\n")
     (home / "tools" / "bin" / "polar-hello").chmod(0o755)
-    (home / "runtimes" / "sess-other").mkdir(parents=True)
-    host = RuntimeHost(root=home / "runtimes", tools_dir=home / "tools", private=home)
+    elsewhere = tmp_path / "disk2" / "runtimes"  # the sessions' folder a link to another disk
+    (elsewhere / "sess-other").mkdir(parents=True)
+    (elsewhere / "sess-other" / "key.txt").write_text("sk-polar-other-session-key")
+    (home / "runtimes").symlink_to(elsewhere)
+    host = RuntimeHost(root=home / "runtimes", tools_dir=home / "tools", private=(home, home / "runtimes"))
     rt = runtimes.create(RuntimeSpec(backend="bwrap"), "sess-mine", host)
     rt.start()
     try:
-        res = rt.exec(f'cat {home}/tokens.json {home}/redis/appendonly.aof; ls {home}/runtimes; polar-hello; '
+        # also as root (CI): no capability to unmount what hides them, or to remount the host writable
+        res = rt.exec(f'umount -l {home} {elsewhere} 2>/dev/null; mount -o remount,bind,rw / 2>/dev/null; '
+                      f'cat {home}/tokens.json {home}/redis/appendonly.aof {elsewhere}/sess-other/key.txt; '
+                      f'ls {elsewhere}; touch {tmp_path}/escaped; polar-hello; '
                       'echo kept > "$POLAR_SESSION_DIR/workspace/out.txt"')
         assert "SECRET" not in res.stdout and "sk-polar-other" not in res.stdout and "sess-other" not in res.stdout
+        assert not (tmp_path / "escaped").exists()
         assert "hello from tools" in res.stdout
-        assert (home / "runtimes" / "sess-mine" / "workspace" / "out.txt").read_text() == "kept\n"
+        assert (elsewhere / "sess-mine" / "workspace" / "out.txt").read_text() == "kept\n"
     finally:
         rt.stop()

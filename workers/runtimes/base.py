@@ -37,15 +37,17 @@ class RuntimeHost:
     tools_dir: Path | None = None
     task_id: str = ""  # whose session it is (container labels)
     apptainer_bin: str | None = None
-    # The service's own folder (POLAR_HOME: secrets, Redis's files, every session): a sandbox
-    # that sees the host read-only does not see this (unset: the folder of every session's).
-    private: Path | None = None
+    # The service's own folders (POLAR_HOME: secrets, Redis's files; every session's; the results),
+    # wherever links put them: a sandbox that sees the host read-only does not see these (the
+    # folder of every session's is always among them).
+    private: tuple[Path, ...] = ()
 
     @classmethod
     def of(cls, settings: Any, task_id: str = "") -> "RuntimeHost":
         return cls(root=settings.runtime_root, docker_host=settings.docker_host,
                    proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
-                   apptainer_bin=settings.apptainer_bin, private=settings.home)
+                   apptainer_bin=settings.apptainer_bin,
+                   private=(settings.home, settings.runtime_root, settings.results_path))
 
 
 TAIL_BYTES = 64 * 1024  # how much of a command's output an ExecResult carries (the log file has all)

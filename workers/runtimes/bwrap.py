@@ -25,21 +25,21 @@ class BwrapRuntime(LocalRuntime):
 
     def __init__(self, root: Path, workdir: Path, env: dict[str, str], isolated: bool = False,
                  proxy_socket: str | None = None, tools_dir: str | None = None, pid_floor: int | None = None,
-                 hidden: str | None = None) -> None:
+                 hidden: list[str] | str | None = None) -> None:
         super().__init__(root, workdir, env, tools_dir, pid_floor)
         self.isolated = isolated
         self.proxy_socket = proxy_socket
-        self.hidden = hidden or str(root.parent)
+        self.hidden = [hidden] if isinstance(hidden, str) else hidden or [str(root.parent.resolve())]
         self.handle.update(backend=self.backend, isolated=isolated, proxy_socket=proxy_socket, hidden=self.hidden)
 
     @classmethod
     def create(cls, spec: Any, session_id: str, host: RuntimeHost) -> "BwrapRuntime":
         local = LocalRuntime.create(spec, session_id, host)
         isolated = spec.network == "none" or not spec.allow_internet
-        hidden = (host.private or host.root).resolve()
+        hidden = _outermost([str(p.resolve()) for p in (*host.private, host.root)])
         return cls(local.root, local.workdir, local.env, isolated,
                    str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir, local.handle["pid_floor"],
-                   str(hidden))
+                   hidden)
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
@@ -61,11 +61,14 @@ class BwrapRuntime(LocalRuntime):
 
     def argv(self, command: str, workdir: Path) -> list[str]:
         root = str(self.root)
-        # The service's folder is an empty tmpfs in the sandbox; the session (and the tools, when
-        # they live there) are bound back into it.
-        tools = ["--ro-bind", self.tools_dir, self.tools_dir] if self.tools_dir and _within(self.tools_dir, self.hidden) else []
+        # The service's folders are empty tmpfs in the sandbox; the session (and the tools, when
+        # they live there) are bound back into them. No capabilities: a worker running as root
+        # would otherwise hand them to the sandbox, which could unmount what hides the secrets.
+        masks = [arg for folder in self.hidden for arg in ("--tmpfs", folder)]
+        tools = ["--ro-bind", self.tools_dir, self.tools_dir] \
+            if self.tools_dir and any(_within(self.tools_dir, h) for h in self.hidden) else []
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--ro-bind", "/", "/", "--tmpfs", self.hidden, *tools, "--dev", "/dev", "--proc", "/proc",
+                "--cap-drop", "ALL", "--ro-bind", "/", "/", *masks, *tools, "--dev", "/dev", "--proc", "/proc",
                 "--bind", root, root, "--chdir", str(workdir)]
         if not self.isolated:
             return [*args, "--", "bash", "-c", command]
@@ -82,3 +85,9 @@ class BwrapRuntime(LocalRuntime):
 
 def _within(path: str, folder: str) -> bool:
     return Path(path).resolve().is_relative_to(Path(folder).resolve())
+
+
+def _outermost(folders: list[str]) -> list[str]:
+    """The folders, without those inside another of them (masked with it), outermost first."""
+    unique = sorted(set(folders), key=len)
+    return [f for i, f in enumerate(unique) if not any(_within(f, o) for o in unique[:i])]
