@@ -27,4 +27,6 @@ def upload_problem(src: str, roots: Sequence[Path], excluded: Sequence[Path] = (
         return f"is outside POLAR_UPLOAD_ROOTS ({', '.join(map(str, roots))})"
     if any(real == own or own in real.parents for own in excluded):
         return "is the service's own state (POLAR_HOME, its .env): never uploaded"
+    if any(real in own.parents and own.exists() for own in excluded):  # a folder copied whole takes them along
+        return "holds the service's own state (POLAR_HOME or its .env): upload a folder beside it"
     return None

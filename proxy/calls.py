@@ -98,15 +98,16 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
+        presented = presented_key(key, req.headers, req.args)
         if body is None and not _small_plain_body(req):
             # Read only once the key is known good: a stranger's large (or compressed) body is
             # never read or parsed, while a small one is parsed during the admission's round trip.
-            gw.check_key(presented_key(key, req.headers, req.args))
+            gw.check_key(presented)
         raw: bytes | None = None
         warm: dict[str, Any] | None = None
         early: ProxyError | None = None
         try:
-            if provider.prewarm_hint is not None and body is None:
+            if provider.prewarm_hint is not None and body is None and session_of_key(presented):
                 raw = body_bytes(req)
                 if provider.prewarm_hint.search(raw):  # rare: parsed before the admission
                     body = json_of(raw)
@@ -119,7 +120,7 @@ class ModelCalls:
             return self._prewarm(req, provider, key, body, warm), True
         # The admission's round trip runs while the body is parsed (and translated, where that
         # reads no per-session state); its verdict is read before anything acts on the request.
-        admission = gw.begin_admit(presented_key(key, req.headers, req.args))
+        admission = gw.begin_admit(presented)
         scope = gw.scope(admission.lease.session_id, req.args)
         parsed = None
         try:
@@ -316,7 +317,9 @@ def json_body(req: Request) -> Any:
     return json_of(body_bytes(req))
 
 
-EARLY_READ_BYTES = 256 * 1024  # a coding agent's request, up to long sessions (the 32k-token one: 132 kB)
+# A body read before its key is checked: a coding agent's request (the 10-message one: 4.5 kB); what
+# a stranger can make a worker hold is this times its connections. A larger one costs a round trip.
+EARLY_READ_BYTES = 64 * 1024
 
 
 def _small_plain_body(req: Request) -> bool:

@@ -8,6 +8,7 @@ their own processes; commands import what they run lazily so ``polar --help`` st
 from __future__ import annotations
 
 import os
+import tempfile
 
 # Every service packs token arrays with numpy but none does linear algebra, and numpy's OpenBLAS
 # otherwise starts a thread per core in every process (and pool child) that wakes and spins now
@@ -56,6 +57,12 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
     settings = Settings.from_env()
     settings.require_redis()
     os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")  # SIGTERM -> soft shutdown, then cold (see the option)
+    # The worker's own temporary files (a patch being graded, a container's files on their way
+    # out) under POLAR_HOME, which no sandbox sees, not in the /tmp every bwrap session can read.
+    private_tmp = settings.home / "tmp"
+    private_tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(private_tmp)
+    tempfile.tempdir = None  # read TMPDIR again
     argv = ["worker", "-Q", st.queue, "-n", f"{st.value}@{hostname}",
             "-P", pool or STAGE_POOLS[st], "-c", str(concurrency or STAGE_CONCURRENCY[st]),
             "-I", STAGE_TASKS_MODULE, *(["-E"] if settings.task_events else []),

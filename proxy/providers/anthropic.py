@@ -327,7 +327,7 @@ class Anthropic(ProviderBase):
         return {"input_tokens": count}
 
     # ``max_tokens: 0`` anywhere (a tool input may hold one too): prewarm_chat decides.
-    prewarm_hint: re.Pattern[bytes] | None = re.compile(rb'"max_tokens"\s*:\s*0\s*[,}]')
+    prewarm_hint: re.Pattern[bytes] | None = re.compile(rb'"max_tokens"\s*:\s*-?0\s*[,}]')
 
     def prewarm_chat(self, body: Any) -> dict[str, Any] | None:
         """``max_tokens: 0`` populates Anthropic's prompt cache without generating a response. The

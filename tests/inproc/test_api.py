@@ -229,7 +229,8 @@ def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monke
         return {**TASK, "runtime": {"prepare": [{"type": "upload_file", "src": src, "dst": "/polar/session/x"}]}}
 
     assert client.submit(upload(str(tmp_path / "agent.py")))
-    for src in (home / "tokens.json", tmp_path / "link.json", tmp_path / ".env", home):
+    # tmp_path: a folder holding the home and the .env (a `polar up` started in ~ with ~/.polar)
+    for src in (home / "tokens.json", tmp_path / "link.json", tmp_path / ".env", home, tmp_path):
         with pytest.raises(RolloutError) as info:
             client.submit(upload(str(src)))
         (problem,) = info.value.body["error"]["fields"]

@@ -458,7 +458,8 @@ def test_only_an_integer_zero_max_tokens_is_an_anthropic_prewarm(max_tokens, is_
 
 def test_the_prewarm_hint_finds_every_zero_max_tokens_a_body_may_spell():
     hint = PROVIDERS["anthropic"].prewarm_hint
-    for raw in (b'{"max_tokens":0,"model":"m"}', b'{"model":"m", "max_tokens" : 0 }', b'{"max_tokens":0}'):
+    for raw in (b'{"max_tokens":0,"model":"m"}', b'{"model":"m", "max_tokens" : 0 }', b'{"max_tokens":0}',
+                b'{"max_tokens":-0}'):
         assert hint.search(raw), raw
     for raw in (b'{"max_tokens":01}', b'{"max_tokens":0.5}', b'{"max_tokens":10}', b'{"max_tokens":"0"}'):
         assert not hint.search(raw), raw

@@ -487,3 +487,35 @@ def test_the_bwrap_sandbox_does_not_see_the_services_folder(bwrap_available, tmp
         assert (elsewhere / "sess-mine" / "workspace" / "out.txt").read_text() == "kept\n"
     finally:
         rt.stop()
+
+
+@pytest.mark.parametrize("backend", ["local", "bwrap"])
+def test_a_pipe_or_link_the_session_left_where_the_worker_writes_or_reads_never_blocks_or_leaks(backend, make,
+                                                                                                tmp_path):
+    """A named pipe in place of a file the worker writes (the instruction, a harness's config)
+    hung an INIT thread for good, and an evaluator reading a test log the session had swapped for
+    a link read a host file into the result. Both are refused or replaced, at once."""
+    from workers.runtimes.base import read_in
+
+    rt = make(backend)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("PASSED tests/host.py::sk_live_TOPSECRET\n")
+    assert rt.exec('mkfifo "$POLAR_SESSION_DIR/instruction.txt"; '
+                   f'ln -s {secret} "$POLAR_SESSION_DIR/home/config.toml"').ok
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (rt.write("/polar/session/instruction.txt", b"the task"), done.set()),
+                              daemon=True)
+    worker.start()
+    assert done.wait(10), "the write blocked on a named pipe"
+    assert (rt.root / "instruction.txt").read_bytes() == b"the task" and (rt.root / "instruction.txt").is_file()
+    with pytest.raises(PathRefused):  # a link out in the place of a file to write
+        rt.write("/polar/session/home/config.toml", b"[x]")
+    assert secret.read_text().startswith("PASSED")
+
+    res = rt.exec(f'echo "PASSED tests/mine.py::ok"; rm "$POLAR_SESSION_DIR/logs/t.stdout"; '
+                  f'ln -s {secret} "$POLAR_SESSION_DIR/logs/t.stdout"', log_name="t")
+    with pytest.raises(OSError):
+        read_in(Path(res.log_paths["stdout"]), 1 << 20)
+    assert rt.exec('rm "$POLAR_SESSION_DIR/logs/t.stdout"; mkfifo "$POLAR_SESSION_DIR/logs/t.stdout"').ok
+    with pytest.raises(OSError):  # at once, not waiting for a writer
+        read_in(Path(res.log_paths["stdout"]), 1 << 20)

@@ -12,12 +12,16 @@ With ``refresh_runtime`` the agent's patch is applied in the fresh runtime first
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvaluationError
 from workers.evaluators import test_output
 from workers.evaluators.base import EvalContext, EvalResult
 from workers.evaluators.grading import patched_runtime
+from workers.runtimes.base import read_in
+
+WHOLE_OUTPUT_BYTES = 64 * 2**20  # of each stream of a test run: test reports are far smaller
 
 
 class TestOnOutputEvaluator:
@@ -59,9 +63,8 @@ def _whole_output(res: Any) -> str:
     parts = []
     for stream in ("stdout", "stderr"):
         path = res.log_paths.get(stream)
-        try:
-            with open(path, errors="replace") as f:
-                parts.append(f.read())
+        try:  # the session's folder: a link or a pipe it left in the log's place is not read
+            parts.append(read_in(Path(path), WHOLE_OUTPUT_BYTES).decode("utf-8", "replace"))
         except (TypeError, OSError):
             parts.append(getattr(res, stream))
     return "\n".join(parts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Protocol, runtime_checkable
@@ -60,17 +61,39 @@ def create_in(folder: Path, name: str) -> BinaryIO:
     on the worker's host. A link left as ``name`` is replaced; ``folder`` a link is an OSError."""
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        # O_NONBLOCK: a named pipe left in the file's place must not hang the worker's thread
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            fd = _regular(os.open(name, flags, 0o644, dir_fd=dir_fd))
         except OSError as exc:
-            if exc.errno != errno.ELOOP:
+            if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.ENXIO):  # a link, not a regular file
                 raise
             os.unlink(name, dir_fd=dir_fd)
-            fd = os.open(name, flags | os.O_EXCL, 0o644, dir_fd=dir_fd)
+            fd = _regular(os.open(name, flags | os.O_EXCL, 0o644, dir_fd=dir_fd))
+        os.set_blocking(fd, True)
     finally:
         os.close(dir_fd)
     return os.fdopen(fd, "w+b")
+
+
+def read_in(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a file in a session folder the worker reads, refusing (OSError)
+    a link in its place or in its folder's, and anything but a regular file (a named pipe would
+    hang the read, a device never end)."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = _regular(os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd))
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit)
+
+
+def _regular(fd: int) -> int:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
 
 
 def remove_in(folder: Path, name: str) -> None:

@@ -169,9 +169,9 @@ class LocalRuntime:
         target = host_path(self.root, self.workdir, dst)
         if not target.parent.is_dir():
             target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():  # replaced, never written through (where would it point?)
-            target.unlink()
-        target.write_bytes(data)
+        # A link or a named pipe the session left there is replaced, never written through or waited on.
+        with create_in(target.parent, target.name) as f:
+            f.write(data)
 
     def path(self, runtime_path: str) -> Path:
         """Where a runtime path is on this host (checked: it stays in the session directory)."""
