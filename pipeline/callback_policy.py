@@ -99,6 +99,12 @@ def refusal(url: str, settings: Settings, *, resolved: Iterable[str] = (),
     return None
 
 
+# Clouds' metadata services outside the link-local range (AWS's IPv6 one, Alibaba's).
+METADATA_ADDRESSES = {ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")}
+
+
 def _link_local(host: str) -> bool:
     address = _ip(host)
-    return address is not None and address.is_link_local
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address is not None and (address.is_link_local or address in METADATA_ADDRESSES)

@@ -98,8 +98,11 @@ def _fields(info: dict[str, Any]) -> dict[str, str]:
 
 
 def without_userinfo(url: str) -> str:
-    """``url`` with a ``user:password@`` in it masked."""
+    """``url`` with what may carry the receiver's secret masked: a ``user:password@`` and the
+    query string (``?token=...``)."""
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1])
+    if parts.query:
+        parts = parts._replace(query="***")
+    return urlunsplit(parts)
