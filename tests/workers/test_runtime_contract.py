@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -519,3 +520,32 @@ def test_a_pipe_or_link_the_session_left_where_the_worker_writes_or_reads_never_
     assert rt.exec('rm "$POLAR_SESSION_DIR/logs/t.stdout"; mkfifo "$POLAR_SESSION_DIR/logs/t.stdout"').ok
     with pytest.raises(OSError):  # at once, not waiting for a writer
         read_in(Path(res.log_paths["stdout"]), 1 << 20)
+
+
+def test_the_bwrap_sandbox_cannot_connect_to_the_hosts_sockets(bwrap_available, tmp_path):
+    """A read-only bind does not stop connect(): a container engine's API socket seen in the
+    sandbox handed it the host (a probe had podman's answer from a network-less, capability-less
+    sandbox). The configured engine's socket and /run (the system bus, rootless engines) are not
+    reachable; the session still resolves names through the resolver's folder."""
+    sock_path = tmp_path / "engine" / "docker.sock"
+    sock_path.parent.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    server.listen(1)
+    try:
+        host = RuntimeHost(root=tmp_path / "sessions", docker_host=f"unix://{sock_path}")
+        rt = runtimes.create(RuntimeSpec(backend="bwrap"), "sess-sock", host)
+        rt.start()
+        try:
+            probe = (f"import socket; s = socket.socket(socket.AF_UNIX)\n"
+                     f"try:\n    s.connect({str(sock_path)!r}); print('CONNECTED')\n"
+                     f"except OSError as e:\n    print('refused', e.errno)\n"
+                     f"import os; print(sorted(os.listdir('/run')))")
+            res = rt.exec(f"python3 -c {shlex.quote(probe)}")
+            assert res.ok, res.stderr
+            assert "CONNECTED" not in res.stdout and "refused" in res.stdout
+            assert "dbus" not in res.stdout and "podman" not in res.stdout
+        finally:
+            rt.stop()
+    finally:
+        server.close()

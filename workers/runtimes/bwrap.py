@@ -10,6 +10,7 @@ the network: the proxy is then reached through a relay to its Unix socket, bound
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,11 @@ class BwrapRuntime(LocalRuntime):
         local = LocalRuntime.create(spec, session_id, host)
         isolated = spec.network == "none" or not spec.allow_internet
         hidden = _outermost([str(p.resolve()) for p in (*host.private, host.root)])
-        return cls(local.root, local.workdir, local.env, isolated,
-                   str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir, local.handle["pid_floor"],
-                   hidden)
+        runtime = cls(local.root, local.workdir, local.env, isolated,
+                      str(host.proxy_socket) if host.proxy_socket else None, local.tools_dir,
+                      local.handle["pid_floor"], hidden)
+        runtime.handle["engine_sockets"] = _engine_sockets(host.docker_host)
+        return runtime
 
     @classmethod
     def attach(cls, handle: dict[str, Any]) -> "BwrapRuntime":
@@ -65,6 +68,12 @@ class BwrapRuntime(LocalRuntime):
         # they live there) are bound back into them. No capabilities: a worker running as root
         # would otherwise hand them to the sandbox, which could unmount what hides the secrets.
         masks = [arg for folder in self.hidden for arg in ("--tmpfs", folder)]
+        # A read-only bind does not stop connect(): the host's sockets (a container engine's API,
+        # the system bus) would hand the sandbox the host. /run goes (the resolver's folder stays),
+        # and a container engine's socket elsewhere is covered.
+        masks += _run_mask()
+        masks += [arg for sock in self.handle.get("engine_sockets") or [] if os.path.exists(sock)
+                  for arg in ("--ro-bind", "/dev/null", sock)]
         tools = ["--ro-bind", self.tools_dir, self.tools_dir] \
             if self.tools_dir and any(_within(self.tools_dir, h) for h in self.hidden) else []
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -91,3 +100,23 @@ def _outermost(folders: list[str]) -> list[str]:
     """The folders, without those inside another of them (masked with it), outermost first."""
     unique = sorted(set(folders), key=len)
     return [f for i, f in enumerate(unique) if not any(_within(f, o) for o in unique[:i])]
+
+
+def _engine_sockets(docker_host: str | None) -> list[str]:
+    """The container engine sockets the worker host may have outside /run (the configured one, DOCKER_HOST's)."""
+    found = []
+    for url in (docker_host, os.environ.get("DOCKER_HOST")):
+        if url and url.startswith("unix://"):
+            found.append(str(Path(url[len("unix://"):]).resolve()))
+    return sorted(set(found))
+
+
+def _run_mask() -> list[str]:
+    run = Path("/run")
+    if not run.is_dir() or run.is_symlink():
+        return []
+    keep = []
+    resolver = Path("/etc/resolv.conf").resolve()
+    if resolver.is_relative_to(run) and resolver.parent.is_dir():
+        keep = ["--ro-bind", str(resolver.parent), str(resolver.parent)]  # DNS for sessions with a network
+    return ["--tmpfs", "/run", *keep]
