@@ -32,6 +32,7 @@ from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
 from infra.tokens import make_home, redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
+from workers.runtimes.local import kill_recorded_groups
 
 log = logging.getLogger("polar.stack")
 
@@ -360,13 +361,9 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def kill_runtime_processes(runtime_root: Path) -> int:
-    """Kill every process group a local runtime recorded (agents outliving a killed worker)."""
-    killed = 0
-    for pidfile in runtime_root.glob("*/.pids/*"):
-        try:
-            os.killpg(int(pidfile.name), signal.SIGKILL)
-            killed += 1
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
-        pidfile.unlink(missing_ok=True)
-    return killed
+    """Kill every process group a local runtime recorded (agents outliving a killed worker):
+    only the sessions' own (``kill_recorded_groups``), never through a link a session left."""
+    if not runtime_root.is_dir():
+        return 0
+    return sum(kill_recorded_groups(session.resolve()) for session in runtime_root.iterdir()
+               if session.is_dir() and not session.is_symlink())

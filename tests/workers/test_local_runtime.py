@@ -1,6 +1,7 @@
 """The local runtime: isolated HOME and env, process-group kills on timeout and cancel."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -102,3 +103,37 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_session(rt, tmp_path
     assert alive(daemon)  # it survived its command's process group
     rt.stop()
     wait_for(lambda: not alive(daemon), timeout=5)
+
+
+def test_the_stacks_shutdown_sweep_kills_only_the_sessions_own_groups_and_removes_nothing(tmp_path):
+    """``polar up``'s shutdown kills the process groups sessions recorded in ``.pids``: a session
+    that made ``.pids`` a link to a host folder, or wrote another process's pid there, had that
+    folder's files deleted and the process killed."""
+    from infra.stack import kill_runtime_processes
+
+    host = runtimes.RuntimeHost(root=tmp_path / "sessions")
+    mine = runtimes.create(RuntimeSpec(backend="local"), "sess-mine", host)
+    other = runtimes.create(RuntimeSpec(backend="local"), "sess-other", host)
+    mine.start()
+    other.start()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep_me.conf").write_text("x")
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    agent = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                             env={**os.environ, "POLAR_SESSION_DIR": str(mine.root)})
+    try:
+        (mine.root / ".pids" / str(agent.pid)).touch()  # what the runtime records for its command
+        (mine.root / ".pids" / str(bystander.pid)).touch()  # forged by the session
+        shutil.rmtree(other.root / ".pids")
+        (other.root / ".pids").symlink_to(victim)  # a link out
+        (victim / str(bystander.pid)).write_text("")
+        assert kill_runtime_processes(host.root) == 1
+        assert agent.wait(timeout=10) == -9 and bystander.poll() is None
+        assert sorted(p.name for p in victim.iterdir()) == sorted(["keep_me.conf", str(bystander.pid)])
+    finally:
+        for p in (bystander, agent):
+            p.kill()
+            p.wait()
+        mine.stop()
+        other.stop()

@@ -77,11 +77,7 @@ class LocalRuntime:
         pids = self.root / ".pids"
         if pids.is_dir() and not pids.is_symlink():
             create_in(self.root, ".cancelled").close()
-            tag = f"POLAR_SESSION_DIR={self.root}".encode()
-            for f in pids.iterdir():
-                # The folder is the session's to write: only a process group of this session is killed.
-                if f.name.isdigit() and _environ_holds(f.name, tag):
-                    _killpg(int(f.name), signal.SIGKILL)
+            kill_recorded_groups(self.root)
         kill_session_processes(self.root, int(self.handle.get("pid_floor") or 0))
 
     # --- commands ----------------------------------------------------------------------------
@@ -237,6 +233,21 @@ def _terminate_group(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         pass
     _killpg(proc.pid, signal.SIGKILL)
+
+
+def kill_recorded_groups(root: Path) -> int:
+    """Kill the process groups a session recorded under ``root/.pids``. The folder is the
+    session's to write (a link in its place, a pid of another process): only a group whose
+    leader carries this session's environment is killed, and nothing there is removed."""
+    pids = root / ".pids"
+    if pids.is_symlink() or not pids.is_dir():
+        return 0
+    tag, killed = f"POLAR_SESSION_DIR={root}".encode(), 0
+    for f in pids.iterdir():
+        if f.name.isdigit() and _environ_holds(f.name, tag):
+            _killpg(int(f.name), signal.SIGKILL)
+            killed += 1
+    return killed
 
 
 def kill_session_processes(root: Path, pid_floor: int = 0) -> int:
