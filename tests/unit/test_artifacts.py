@@ -66,3 +66,34 @@ def test_old_artifact_folders_are_removed(tmp_path):
     os.utime(old, (1000, 1000))
     assert artifacts.remove_old(tmp_path, 3600, now=new.stat().st_mtime + 10) == 1
     assert new.exists() and not old.exists()
+
+
+def test_a_file_swapped_for_a_pipe_or_grown_after_the_listing_neither_hangs_nor_overflows(tmp_path, monkeypatch):
+    """A container's process still runs while its artifacts are copied: it can swap a listed file
+    for a named pipe (the evaluate thread waited on it for good) or grow it past the budget."""
+    import threading
+
+    root = session(tmp_path)
+    (root / "artifacts").mkdir()
+    (root / "artifacts" / "grows.txt").write_text("small")
+    listed = artifacts._inside
+
+    def swap_after_listing(path, session_root):
+        if path.name == "agent.stderr":
+            path.unlink()
+            os.mkfifo(path)
+        if path.name == "grows.txt":
+            path.write_bytes(b"y" * 100_000)
+        return listed(path, session_root)
+
+    monkeypatch.setattr(artifacts, "_inside", swap_after_listing)
+    done = threading.Event()
+    kept: list = []
+    worker = threading.Thread(target=lambda: (kept.append(artifacts.keep(root, tmp_path / "kept", (), KEY, 10_000)),
+                                              done.set()), daemon=True)
+    worker.start()
+    assert done.wait(10), "copying the artifacts waited on a named pipe"
+    dest = kept[0]
+    assert not (dest / "logs" / "agent.stderr").exists() and (dest / "logs" / "agent.stdout").exists()
+    grown = dest / "artifacts" / "grows.txt"  # within the budget or listed as over it, never past it
+    assert (not grown.exists() and "grows.txt" in (dest / "TRUNCATED.txt").read_text()) or grown.stat().st_size <= 10_000

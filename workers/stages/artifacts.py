@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.results_dir import safe_name
+from workers.runtimes.base import read_in
 from workers.stages.common import log
 
 REDACTED = "sk-polar-REDACTED"
@@ -46,9 +47,12 @@ def keep(session_root: Path, dest: Path, transcripts: tuple[str, ...], secret: s
             skipped.append(f"{f.relative_to(session_root)} ({size} bytes)")
             continue
         target = dest / f.relative_to(session_root)
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            target.write_bytes(redact(f.read_bytes(), secret))
+            # read as the worker reads any session file: a link or a pipe swapped in since the
+            # listing (a container's process still runs) is refused, and no more than was listed
+            data = read_in(f, size)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(redact(data, secret))
         except OSError as exc:
             log.warning("artifacts: cannot copy %s: %s", f, exc)
             continue
