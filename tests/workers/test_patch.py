@@ -114,3 +114,16 @@ def test_a_patch_already_applied_is_refused_not_reversed(make):
     applied = patch.apply(fresh, taken, "repo")
     assert not applied.ok  # patch without --forward would "apply" it by reversing the fix
     assert "a + b" in fresh.exec("cd repo && cat calc.py").stdout
+
+
+def test_a_patch_made_huge_by_a_git_filter_is_refused_before_it_is_copied_out(make):
+    """The diff runs the repository's own git filters: one that makes the patch file an 80 MB
+    sparse file (4 KB on its disk) would have the worker copy it out dense and read it whole
+    (a probe grew the evaluate worker to 2 GB with a 1 GB one)."""
+    agent = make("sess-huge")
+    trick = ("cd repo && git config filter.big.clean "
+             "'truncate -s 80M \"$POLAR_SESSION_DIR/artifacts/agent.patch\"; cat' && "
+             "echo '*.py filter=big' > .gitattributes && sed -i 's/a - b/a + b/' calc.py")
+    assert agent.exec(trick, timeout=60).exit_code == 0
+    with pytest.raises(EvaluationError, match="larger than 64 MB"):
+        patch.extract(agent, "repo")

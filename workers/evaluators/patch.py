@@ -25,6 +25,7 @@ from workers.runtimes import Runtime
 NOISE = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**", "**/build/**",
          "**/dist/**", "**/.mypy_cache/**", "**/.ruff_cache/**", "**/node_modules/**", "**/.tox/**", "**/.venv/**")
 PATCH_FILE = "/polar/session/artifacts/agent.patch"  # for upload/download: a runtime path
+MAX_PATCH_BYTES = 64 * 2**20  # far beyond any change a grader applies; the worker reads it whole
 PATCH_IN_SHELL = '"$POLAR_SESSION_DIR/artifacts/agent.patch"'  # the same file, as a command sees it
 APPLY_STEPS = (
     ("git apply", "git apply --verbose {patch}"),
@@ -87,6 +88,12 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
     res = runtime.exec(diff_command(repo_dir, base_commit, exclude_patterns), timeout=timeout, log_name="patch-diff")
     if res.exit_code != 0:
         raise EvaluationError(f"git diff in {repo_dir} failed ({res.exit_code}): {res.stderr[-500:]}")
+    # Measured where it lies before it is copied out: a session can make its patch a sparse file
+    # of any size (a git filter runs in the diff), which a copy would write out whole.
+    size = runtime.exec(f"wc -c < {PATCH_IN_SHELL}", timeout=timeout, log_name="patch-size")
+    if not size.ok or not size.stdout.strip().isdigit() or int(size.stdout) > MAX_PATCH_BYTES:
+        raise EvaluationError(f"the agent's patch is larger than {MAX_PATCH_BYTES // 2**20} MB "
+                              f"({size.stdout.strip() or size.stderr[-200:]} bytes): not graded")
     with tempfile.TemporaryDirectory(prefix="polar-patch-") as folder:
         host = Path(folder) / "agent.patch"
         runtime.download(PATCH_FILE, str(host))

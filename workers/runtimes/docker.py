@@ -45,6 +45,7 @@ PROJECT = "polar-rollout"
 TOOLS_MOUNT = "/polar/tools"
 POLL_SECONDS = 0.1
 SESSION_DIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")
+DOWNLOAD_MAX_BYTES = 256 * 2**20  # what one download may bring out of a container (a patch, a test log)
 _clients: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -294,7 +295,13 @@ class DockerRuntime:
             bits, stat = self._docker.api.get_archive(self.name, source)
         except docker.errors.NotFound:
             raise FileNotFoundError(src) from None
-        data = io.BytesIO(b"".join(bits))
+        chunks, received = [], 0
+        for chunk in bits:  # held in memory: bounded, whatever a process still running in the container writes
+            received += len(chunk)
+            if received > DOWNLOAD_MAX_BYTES:
+                raise ExecError(f"{src} in {self.name} is larger than {DOWNLOAD_MAX_BYTES // 2**20} MB: not copied")
+            chunks.append(chunk)
+        data = io.BytesIO(b"".join(chunks))
         target = Path(dst)
         with tarfile.open(fileobj=data) as tar, tempfile.TemporaryDirectory() as tmp:
             tar.extractall(tmp, filter=_links_stay_links)
