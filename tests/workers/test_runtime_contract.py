@@ -549,3 +549,26 @@ def test_the_bwrap_sandbox_cannot_connect_to_the_hosts_sockets(bwrap_available, 
             rt.stop()
     finally:
         server.close()
+
+
+def test_the_bwrap_sandbox_does_not_see_what_the_workers_user_owns(bwrap_available, tmp_path, monkeypatch):
+    """The sandbox runs as the worker's user (root on many hosts; without capabilities, still the
+    owner of root's files): the user's home (keys, credentials), the settings' .env and the
+    password hashes are hidden, while this Python (bound back from wherever it lives) still runs."""
+    home = tmp_path / "userhome"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE-KEY")
+    monkeypatch.setenv("HOME", str(home))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    (workdir / ".env").write_text("POLAR_CALLBACK_SECRET=hunter2\n")
+    monkeypatch.chdir(workdir)
+    rt = runtimes.create(RuntimeSpec(backend="bwrap"), "sess-user", RuntimeHost(root=tmp_path / "sessions"))
+    rt.start()
+    try:
+        res = rt.exec(f"cat {home}/.ssh/id_rsa {workdir}/.env /etc/shadow /root/.bash_history 2>/dev/null; "
+                      f"{sys.executable} -c 'print(6 * 7)'")
+        assert "PRIVATE-KEY" not in res.stdout and "hunter2" not in res.stdout and "root:" not in res.stdout
+        assert "42" in res.stdout, res.stderr
+    finally:
+        rt.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +68,20 @@ class BwrapRuntime(LocalRuntime):
         # The service's folders are empty tmpfs in the sandbox; the session (and the tools, when
         # they live there) are bound back into them. No capabilities: a worker running as root
         # would otherwise hand them to the sandbox, which could unmount what hides the secrets.
-        masks = [arg for folder in self.hidden for arg in ("--tmpfs", folder)]
+        # The sandbox runs as the worker's user (root, on many hosts): what that user owns is also
+        # hidden -- its home folders, the settings' .env, the password hashes.
+        hidden = _outermost([*self.hidden, *_user_homes()])
+        masks = [arg for folder in hidden for arg in ("--tmpfs", folder)]
         # A read-only bind does not stop connect(): the host's sockets (a container engine's API,
         # the system bus) would hand the sandbox the host. /run goes (the resolver's folder stays),
         # and a container engine's socket elsewhere is covered.
         masks += _run_mask()
-        masks += [arg for sock in self.handle.get("engine_sockets") or [] if os.path.exists(sock)
-                  for arg in ("--ro-bind", "/dev/null", sock)]
-        tools = ["--ro-bind", self.tools_dir, self.tools_dir] \
-            if self.tools_dir and any(_within(self.tools_dir, h) for h in self.hidden) else []
+        covered = [*(self.handle.get("engine_sockets") or []), *SECRET_FILES, str(Path(".env").resolve())]
+        masks += [arg for path in covered if os.path.exists(path) for arg in ("--ro-bind", "/dev/null", path)]
+        # What sessions run on, bound back where it lives in a hidden folder: the harness tools,
+        # this Python (a venv and the interpreter it was made from, e.g. under ~/.pyenv).
+        needed = {str(Path(p).resolve()) for p in (self.tools_dir, sys.prefix, sys.base_prefix) if p}
+        tools = [arg for p in sorted(needed) if any(_within(p, h) for h in hidden) for arg in ("--ro-bind", p, p)]
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--cap-drop", "ALL", "--ro-bind", "/", "/", *masks, *tools, "--dev", "/dev", "--proc", "/proc",
                 "--bind", root, root, "--chdir", str(workdir)]
@@ -120,3 +126,12 @@ def _run_mask() -> list[str]:
     if resolver.is_relative_to(run) and resolver.parent.is_dir():
         keep = ["--ro-bind", str(resolver.parent), str(resolver.parent)]  # DNS for sessions with a network
     return ["--tmpfs", "/run", *keep]
+
+
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+
+
+def _user_homes() -> list[str]:
+    """The worker user's home folder, and root's (where keys and credentials live)."""
+    homes = {str(Path.home().resolve()), "/root"}
+    return [h for h in homes if h != "/" and os.path.isdir(h)]
