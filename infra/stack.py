@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -345,6 +346,10 @@ def proxy_socket_path(home: Path) -> Path:
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
         path = Path(tempfile.gettempdir()) / f"polar-proxy-{digest}" / "proxy.sock"
     path.parent.mkdir(parents=True, exist_ok=True)
+    st = path.parent.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        # (under /tmp another user could have made it first, and swap the socket for their own)
+        raise RuntimeError(f"{path.parent} is not a folder of this user's: cannot put the proxy's socket there")
     path.parent.chmod(0o755)  # a container's non-root user must reach the socket; nothing else lives here
     return path
 

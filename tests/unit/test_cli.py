@@ -163,3 +163,22 @@ def test_refusing_an_open_bind_is_exit_2(env):
 def test_the_model_server_has_no_auth_so_an_open_bind_must_be_asked_for(env):
     out = polar(env, "model", "serve", "--host", "0.0.0.0", "--model-dir", "/nonexistent")
     assert out.exit_code == 2 and "--unauthenticated" in out.stderr
+
+
+def test_the_proxy_socket_folder_must_be_this_users_own(tmp_path):
+    """Under /tmp (a POLAR_HOME path too long for a Unix socket) another user could make the
+    folder first and swap the socket for their own."""
+    import os
+
+    from infra.stack import proxy_socket_path
+
+    home = tmp_path / ("h" * 100)
+    path = proxy_socket_path(home)  # too long under the home: its own folder under /tmp
+    assert path.parent.stat().st_uid == os.getuid() and path.parent.name.startswith("polar-proxy-")
+    os.rmdir(path.parent)
+    path.parent.symlink_to(tmp_path)  # someone else's (a link is never ours)
+    try:
+        with pytest.raises(RuntimeError, match="not a folder of this user's"):
+            proxy_socket_path(home)
+    finally:
+        path.parent.unlink()
