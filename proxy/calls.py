@@ -99,10 +99,11 @@ class ModelCalls:
                   received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
         presented = presented_key(key, req.headers, req.args)
+        checked = None  # the key's session, once checked ahead of the admission
         if body is None and not _small_plain_body(req):
             # Read only once the key is known good: a stranger's large (or compressed) body is
             # never read or parsed, while a small one is parsed during the admission's round trip.
-            gw.check_key(presented)
+            checked = gw.check_key(presented)
         raw: bytes | None = None
         warm: dict[str, Any] | None = None
         early: ProxyError | None = None
@@ -117,7 +118,7 @@ class ModelCalls:
         except ProxyError as err:  # answered once the admission says the call is no refused one
             early = err
         if warm is not None:
-            return self._prewarm(req, provider, key, body, warm), True
+            return self._prewarm(provider, checked or gw.check_key(presented), body, warm), True
         # The admission's round trip runs while the body is parsed (and translated, where that
         # reads no per-session state); its verdict is read before anything acts on the request.
         admission = gw.begin_admit(presented)
@@ -156,11 +157,9 @@ class ModelCalls:
             return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
         return self._stream(call, admitted[0])
 
-    def _prewarm(self, req: Request, provider: Provider, key: str | None, body: dict[str, Any],
-                 chat: dict[str, Any]) -> Answer:
-        """A cache pre-warm: authenticated as any call is, answered with its prompt's count;
+    def _prewarm(self, provider: Provider, sid: str, body: dict[str, Any], chat: dict[str, Any]) -> Answer:
+        """A cache pre-warm of session ``sid`` (its key checked), answered with its prompt's count;
         nothing is sampled, admitted or recorded (a session's model calls stay the sampled ones)."""
-        sid = self.gw.gate.check(presented_key(key, req.headers, req.args))
         count = self.gw.count_request_tokens(chat, affinity=sid)
         return Answer(200, JSON, json_bytes(provider.prewarm_response(body, count)))
 

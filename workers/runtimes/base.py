@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Protocol, runtime_checkable
 
+from pipeline.errors import ExecError
 from pipeline.schemas import RuntimeSpec
 
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside a runtime
@@ -59,7 +60,7 @@ def create_in(folder: Path, name: str) -> BinaryIO:
     symbolic link: a session's folders are written by what runs in the session too (a sandbox, a
     container), which could leave a link in the place of ``folder`` or ``name`` pointing anywhere
     on the worker's host. A link left as ``name`` is replaced; ``folder`` a link is an OSError."""
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dir_fd = _open_folder(folder)
     try:
         # O_NONBLOCK: a named pipe left in the file's place must not hang the worker's thread
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -80,13 +81,26 @@ def read_in(path: Path, limit: int) -> bytes:
     """At most ``limit`` bytes of a file in a session folder the worker reads, refusing (OSError)
     a link in its place or in its folder's, and anything but a regular file (a named pipe would
     hang the read, a device never end)."""
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dir_fd = _open_folder(path.parent)
     try:
         fd = _regular(os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd))
     finally:
         os.close(dir_fd)
     with os.fdopen(fd, "rb") as f:
         return f.read(limit)
+
+
+def open_logs(root: Path, name: str) -> tuple[BinaryIO, BinaryIO]:
+    """A command's stdout and stderr log files in ``root/logs`` (``create_in``)."""
+    try:
+        return create_in(root / "logs", f"{name}.stdout"), create_in(root / "logs", f"{name}.stderr")
+    except OSError as exc:
+        raise ExecError(f"cannot create the command's logs in {root / 'logs'}: {exc}") from exc
+
+
+def _open_folder(folder: Path) -> int:
+    """A folder of a session's, opened without following a link in its place."""
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def _regular(fd: int) -> int:
@@ -99,7 +113,7 @@ def _regular(fd: int) -> int:
 def remove_in(folder: Path, name: str) -> None:
     """``folder/name`` removed, if there, without following a link in ``folder``'s place."""
     try:
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = _open_folder(folder)
     except OSError:
         return
     try:

@@ -1,8 +1,11 @@
 """``bwrap``: the local runtime inside a bubblewrap sandbox (Debian's ``bubblewrap``; no root).
 
-Each command runs in its own sandbox: the host's filesystem read-only but for the service's own
-folder (``POLAR_HOME``: its secrets, Redis's files, the other sessions), which the sandbox does not
-see at all, the session directory writable (and the harness tools folder readable), fresh PID/IPC/UTS namespaces with ``--die-with-parent``, so when the command ends or is
+Each command runs in its own sandbox, without capabilities: the host's filesystem read-only, but
+for what the sandbox does not see at all (the service's folders -- POLAR_HOME with its secrets and
+Redis's files, the sessions', the results -- the worker user's home and root's, the ``.env``, the
+password hashes, ``/run`` and the container engine's socket), the session directory writable
+(and the harness tools and this Python readable), fresh PID/IPC/UTS namespaces with
+``--die-with-parent``, so when the command ends or is
 killed, everything it started -- ``setsid`` daemons included -- ends with it (a background
 process does not outlive its step). ``network: none`` or ``allow_internet: false`` also unshares
 the network: the proxy is then reached through a relay to its Unix socket, bound into the sandbox.

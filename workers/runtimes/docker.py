@@ -34,6 +34,7 @@ from workers.runtimes.base import (
     ExecResult,
     RuntimeHost,
     create_in,
+    open_logs,
     owner_session,
     tail_of,
     tools_folder,
@@ -229,10 +230,7 @@ class DockerRuntime:
         except Exception as exc:
             raise ExecError(f"cannot start the command in {self.name}: {exc}") from exc
         started = time.monotonic()
-        try:  # the session folder is the container's to write too: never through a link it left
-            out, err = create_in(self.root / "logs", out_path.name), create_in(self.root / "logs", err_path.name)
-        except OSError as exc:
-            raise ExecError(f"cannot create the command's logs in {self.root / 'logs'}: {exc}") from exc
+        out, err = open_logs(self.root, name)  # the container writes that folder too: never through its links
         reader = threading.Thread(target=_drain, args=(stream, out, err), daemon=True)
         reader.start()
         timed_out = cancelled = False

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import ExecResult, RuntimeHost, create_in, remove_in, tail_of, tools_folder
+from workers.runtimes.base import ExecResult, RuntimeHost, create_in, open_logs, remove_in, tail_of, tools_folder
 from workers.runtimes.paths import host_path
 
 POLL_SECONDS = 0.1
@@ -107,10 +107,7 @@ class LocalRuntime:
         if (self.root / ".cancelled").exists():
             return ExecResult(None, cancelled=True)
         started = time.monotonic()
-        try:
-            out, err = create_in(self.root / "logs", out_path.name), create_in(self.root / "logs", err_path.name)
-        except OSError as exc:
-            raise ExecError(f"cannot create the command's logs in {self.root / 'logs'}: {exc}") from exc
+        out, err = open_logs(self.root, name)
         with out, err:
             try:
                 proc = subprocess.Popen(self.argv(command, workdir), cwd=workdir, env=full_env,
