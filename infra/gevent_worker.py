@@ -7,19 +7,70 @@ on the same few cores) that second write was a measurable part of its added late
 (bench/proxy_bench.py). The headers and the first body chunk now go out together, through a
 plain send loop; gunicorn's access line is only built when an access log is configured.
 Everything else (chunked streams, keepalives, errors) is gunicorn's and gevent's own.
+
+Slow clients: gevent's pywsgi waits for a request as long as its client likes, and a greenlet
+waiting on a half-sent head holds one of the worker's connections for good (a few thousand
+connections trickling their headers took the proxy, and 16 the thread-pooled API, out of
+service). So a connection whose reads or writes make no progress for ``idle_seconds`` is closed
+(a kept-alive connection left idle too), and a request's line and headers must all arrive within
+``head_seconds`` of its first byte, or it is answered 408 (Settings.http_head_seconds,
+http_idle_seconds; set on the class by ``configure`` before gunicorn forks its workers).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import gevent
+from gevent.pywsgi import MAX_REQUEST_LINE
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
 from infra.http_errors import error_body, error_response
 from proxy.hot_redis import send_all
 
 
+class _SlowHead(ValueError):
+    """A request's head did not arrive in time (a ValueError: gevent hands it, as any bad
+    request, to ``_handle_client_error``)."""
+
+
 class OneWriteHandler(PyWSGIHandler):
+    head_seconds = 20.0
+    idle_seconds = 75.0
+    _head_timer: Any = None
+
+    def handle(self) -> None:
+        # Every read and write on this connection, the wait for a kept-alive connection's next
+        # request included: a client that makes no progress this long is gone.
+        self.socket.settimeout(self.idle_seconds)
+        super().handle()
+
+    def read_requestline(self) -> str:
+        """gevent's, with the head's deadline started at the request's first byte."""
+        if not self.rfile.peek(1):  # the client closed its connection
+            return ""
+        self._head_timer = gevent.Timeout.start_new(
+            self.head_seconds, _SlowHead(f"the request's headers did not arrive within {self.head_seconds:g} s"))
+        try:
+            line = super().read_requestline()
+        except _SlowHead:
+            return ""  # not even a request line: the connection just closes
+        if not line or len(line) >= MAX_REQUEST_LINE:  # gevent answers it without read_request
+            self._head_timer.close()
+        return line
+
+    def read_request(self, raw_requestline: str) -> Any:
+        try:
+            return super().read_request(raw_requestline)
+        finally:
+            self._head_timer.close()  # the head is in: the app's own time is not limited here
+
+    def _handle_client_error(self, ex: Exception) -> Any:
+        if isinstance(ex, (_SlowHead, TimeoutError)):
+            self.close_connection = True
+            return "408", error_response(408, str(ex) or f"no request data for {self.idle_seconds:g} s")
+        return super()._handle_client_error(ex)
+
     def handle_one_request(self) -> Any:
         """gevent's, with its answer to an unparseable request (an empty 400 or 414) in JSON."""
         result = super().handle_one_request()
@@ -85,3 +136,9 @@ class OneWriteHandler(PyWSGIHandler):
 
 class OneWritePyWSGIWorker(GeventPyWSGIWorker):
     wsgi_handler = OneWriteHandler
+
+
+def configure(head_seconds: float, idle_seconds: float) -> None:
+    """The slow-client limits of every worker this process will fork (see the module's doc)."""
+    OneWriteHandler.head_seconds = head_seconds
+    OneWriteHandler.idle_seconds = idle_seconds

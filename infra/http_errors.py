@@ -13,7 +13,8 @@ from __future__ import annotations
 import orjson
 from gunicorn.workers.gthread import ThreadWorker
 
-_STATUS = {400: ("Bad Request", "INVALID_ARGUMENT"), 414: ("URI Too Long", "INVALID_ARGUMENT"),
+_STATUS = {400: ("Bad Request", "INVALID_ARGUMENT"), 408: ("Request Timeout", "DEADLINE_EXCEEDED"),
+           414: ("URI Too Long", "INVALID_ARGUMENT"),
            431: ("Request Header Fields Too Large", "INVALID_ARGUMENT"), 417: ("Expectation Failed", "FAILED_PRECONDITION"),
            403: ("Forbidden", "PERMISSION_DENIED"), 500: ("Internal Server Error", "INTERNAL"),
            501: ("Not Implemented", "UNIMPLEMENTED")}

@@ -1,8 +1,10 @@
 """Run a WSGI app (named by import string) under gunicorn, in the foreground.
 
 The proxy uses gevent workers: its requests are long idle waits on the inference server, and
-a greenlet per request lets one process hold hundreds of them. The API and the reference model
-server use threads (short requests; the model serialises on its own lock anyway).
+a greenlet per request lets one process hold hundreds of them. The API does too, so that slow
+clients cost it a connection each rather than one of a few threads (infra/gevent_worker.py).
+The reference model server uses threads (it serialises on its own lock anyway, and a forward
+pass would stall a gevent loop; it listens on loopback or a private network).
 """
 
 from __future__ import annotations
@@ -37,14 +39,23 @@ class _App(BaseApplication):
 PROFILES: dict[str, dict[str, Any]] = {
     "proxy": {"worker_class": "infra.gevent_worker.OneWritePyWSGIWorker", "workers": 2, "worker_connections": 2000,
               "timeout": 0, "keepalive": 75, "graceful_timeout": 10},
-    "api": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 16, "timeout": 120,
-            "graceful_timeout": 5},
+    # The API on gevent too: a greenlet per connection, so slow clients (infra/gevent_worker.py)
+    # cost a connection each, not one of a few threads.
+    "api": {"worker_class": "infra.gevent_worker.OneWritePyWSGIWorker", "workers": 1, "worker_connections": 1000,
+            "timeout": 120, "graceful_timeout": 5},
     # keepalive: longer than the proxy's idle reuse limit (proxy/upstream/keepalive.py IDLE_SECONDS,
     # 4 s): with gunicorn's default 2 s, a connection idle 2-4 s could be closed just as the proxy
     # sent a call on it -- a reset the proxy must not retry (it may have been sampled), a 502.
     "model": {"worker_class": "infra.http_errors.JsonErrorThreadWorker", "workers": 1, "threads": 8, "timeout": 0,
               "graceful_timeout": 5, "keepalive": 75},
 }
+
+
+def slow_client_limits(settings: Any) -> None:
+    """Settings.http_head_seconds / http_idle_seconds for the gevent workers about to be forked."""
+    from infra.gevent_worker import configure
+
+    configure(settings.http_head_seconds, settings.http_idle_seconds)
 
 
 def run(app_path: str, bind: str | list[str], profile: str, **overrides: Any) -> None:

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     # (proxy/client_watch.py). Off: kept for clients that half-close after sending (shutdown of
     # their write side looks the same as leaving; no harness does it).
     abort_on_client_close: bool = True
+    # The proxy's and the API's HTTP servers (infra/gevent_worker.py): a request's line and headers
+    # must all arrive within http_head_seconds of its first byte (a 408 otherwise), and a
+    # connection is closed once a read or write makes no progress for http_idle_seconds (an idle
+    # kept-alive connection too). A client trickling its headers cannot hold a server for good.
+    http_head_seconds: float = Field(default=20.0, gt=0)
+    http_idle_seconds: float = Field(default=75.0, gt=0)
     # Control-surface secrets (`polar up` generates them into $POLAR_HOME/tokens.json). Unset,
     # a surface is open, and a service refuses to bind beyond loopback (infra/cli).
     api_token: SecretStr | None = None  # Authorization: Bearer <token> on the rollout API

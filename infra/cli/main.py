@@ -84,7 +84,7 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
     from gevent import monkey
 
     monkey.patch_all()  # before redis/ssl are imported anywhere in this process
-    from infra.serve import metrics_folder, run
+    from infra.serve import metrics_folder, run, slow_client_limits
 
     settings = Settings.from_env()
     settings.require_redis()
@@ -94,6 +94,7 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
     if socket_path:
         socket_path.parent.mkdir(parents=True, exist_ok=True)
         binds.append(f"unix:{socket_path}")
+    slow_client_limits(settings)
     with metrics_folder() as child_exit:
         run("proxy.wsgi:app", binds, "proxy", workers=workers, child_exit=child_exit)
 
@@ -102,12 +103,16 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", type=int, default=None, help="Default: the port of POLAR_API_URL.")
 def api(host: str, port: int | None) -> None:
-    """Run the rollout API (gunicorn)."""
-    from infra.serve import run
+    """Run the rollout API (gunicorn + gevent)."""
+    from gevent import monkey
+
+    monkey.patch_all()  # before redis is imported anywhere in this process
+    from infra.serve import run, slow_client_limits
 
     settings = Settings.from_env()
     settings.require_redis()
     _refuse_open_bind(host, settings.secret("api_token"), "POLAR_API_TOKEN", "the rollout API")
+    slow_client_limits(settings)
     run("pipeline.api.wsgi:app", f"{host}:{port or _port(settings.api_url)}", "api")
 
 

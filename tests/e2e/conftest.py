@@ -29,8 +29,9 @@ RUN_SLOTS = 4
 def stack(tmp_path_factory, model_dir, engine):
     home = tmp_path_factory.mktemp("polar-home")
     # Few run slots and a small READY buffer, so that backpressure is observable.
+    # A short head deadline, so that test_faults' slow clients are answered quickly.
     settings = Settings(home=home, ready_capacity=RUN_SLOTS // 2, stage_lease_seconds=6,
-                        reaper_interval_seconds=2, docker_host=engine)
+                        reaper_interval_seconds=2, docker_host=engine, http_head_seconds=3)
     config = StackConfig(
         settings=settings, model_dir=model_dir, concurrency={Stage.RUN: RUN_SLOTS},
         policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),

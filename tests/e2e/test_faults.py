@@ -188,6 +188,43 @@ def test_an_unparseable_request_is_answered_in_json_by_every_server(stack, servi
     assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("service", ["api", "proxy"])
+def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
+    """Slowloris: 40 connections that send half a request head and then nothing. The API once
+    had 16 threads, each held for good by such a connection (it served nobody else); the proxy's
+    greenlets waited for ever (a few thousand such connections stopped it). Now the API still
+    answers, and every half-sent head is answered 408 in JSON once its deadline (3 s here,
+    http_head_seconds) has passed, and its connection closed."""
+    import json
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    parts = urlsplit(url)
+    held = []
+    for _ in range(40):
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=15)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        held.append(sock)
+    try:
+        started = time.monotonic()
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        for sock in held:
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), head
+            assert "did not arrive within 3 s" in json.loads(body)["error"]["message"]
+        assert time.monotonic() - started < 14  # answered at its deadline, not at the socket timeout
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_a_malformed_chunked_body_is_answered_in_json_by_the_proxy(stack):
     import json
     import socket
