@@ -62,6 +62,16 @@ class NoSingleSequence(ValueError):
     """A session that is no one sequence for a trainer taking one per sample."""
 
 
+# A session that made no model call (its runtime failed to start, its agent crashed first) still
+# holds its place in a batch: one masked token after a one-token prompt, which trains nothing
+# (an empty sequence is no valid row for the trainers' packing). Token 0 exists in every vocabulary.
+PLACEHOLDER_TOKEN = 0
+
+
+def made_no_call(result: SessionResult) -> bool:
+    return not result.trajectory.traces
+
+
 def main_trace(result: SessionResult) -> int:
     """The index of the session's one sequence, for trainers that take one per sample (verl's
     agent loop, SkyRL, slime's groups): its only trace, or, where prefix merging kept a harness's

@@ -6,7 +6,8 @@ main trace (``groups.main_trace``). ``step_wise=True`` gives every trace of a se
 (SkyRL's step-wise training: ``is_last_step`` marks a session's last, which carries the outcome
 reward; earlier steps 0.0). ``trajectory_ids`` are SkyRL's ``TrajectoryID`` when SkyRL is
 installed, else dicts of the same fields (task id, sample index). A session SkyRL must not learn
-from (not ``groups.usable``) keeps its sequence with a zero mask and reward 0.0.
+from (not ``groups.usable``) keeps its sequence with a zero mask and reward 0.0; one that made no
+model call is a one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.schemas import SessionResult
-from pipeline.trainers.groups import main_trace, training_reward, usable
+from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
 
 
 def to_generator_output(results: list[SessionResult], *, step_wise: bool = False) -> dict[str, Any]:
@@ -23,6 +24,13 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
                                                  "is_last_step")}
     make_id = _trajectory_id()
     for r in results:
+        if made_no_call(r):
+            for key, value in (("prompt_token_ids", [PLACEHOLDER_TOKEN]), ("response_ids", [PLACEHOLDER_TOKEN]),
+                               ("rewards", 0.0), ("loss_masks", [0]), ("stop_reasons", r.status.value.lower()),
+                               ("rollout_logprobs", [0.0]), ("is_last_step", True),
+                               ("trajectory_ids", make_id(instance_id=r.task_id, repetition_id=r.sample_index))):
+                out[key].append(value)
+            continue
         traces = r.trajectory.traces
         indexes = list(range(len(traces))) if step_wise and traces else [main_trace(r)]
         trains = usable(r)

@@ -7,9 +7,11 @@ cut -> TRUNCATED, else COMPLETED); aborted and failed samples train on nothing (
 ``to_samples(..., sample_cls=Sample)`` builds slime's own objects; without it, dicts.
 
 ``to_sample``: the one sample of a session (its main trace, ``groups.main_trace``), what a
-group of ``n_samples_per_prompt`` needs: a session that made no model call is an empty FAILED
-sample, so the group keeps its size. Any session that is not ``groups.usable`` (also one
-COMPLETED without a finite reward) trains nothing; its reward is 0.0.
+group of ``n_samples_per_prompt`` needs: a session that made no model call is a FAILED
+placeholder of two tokens (``groups.PLACEHOLDER_TOKEN``; one masked response token: slime packs
+no empty sequence), so the group keeps its size. Any session that is not ``groups.usable`` (also
+one COMPLETED without a finite reward) trains nothing: its reward is 0.0, its mask zero, and
+``remove_sample`` is set (slime's own flag for a sample kept only for the batch's shape).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus
-from pipeline.trainers.groups import main_trace, training_reward, usable
+from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
 
 STATUS = {SessionStatus.TIMEOUT: "ABORTED", SessionStatus.ERROR: "FAILED", SessionStatus.CANCELLED: "FAILED"}
 
@@ -48,12 +50,15 @@ def to_samples(result: SessionResult, *, group_index: int | None = None, reward_
 
 def to_sample(result: SessionResult, *, group_index: int | None = None, reward_key: str | None = None,
               advantage: dict[tuple[str, int], float] | None = None, sample_cls: Any = None) -> Any:
-    """The session's one sample (its main trace; a session without a model call: an empty FAILED one)."""
-    if not result.trajectory.traces:
-        fields: dict[str, Any] = {"group_index": group_index, "index": result.sample_index, "session_id": result.session_id,
-                  "prompt": [], "tokens": [], "response_length": 0, "loss_mask": [], "rollout_log_probs": [],
-                  "reward": {reward_key: 0.0} if reward_key else 0.0, "status": "FAILED",
-                  "metadata": {"polar": {"task_id": result.task_id, "session_status": result.status.value}}}
+    """The session's one sample (its main trace; a session without a model call: a FAILED placeholder)."""
+    if made_no_call(result):
+        fields: dict[str, Any] = {
+            "group_index": group_index, "index": result.sample_index, "session_id": result.session_id, "prompt": [],
+            "tokens": [PLACEHOLDER_TOKEN, PLACEHOLDER_TOKEN], "response_length": 1, "loss_mask": [0],
+            "rollout_log_probs": [0.0], "reward": {reward_key: 0.0} if reward_key else 0.0, "status": "FAILED",
+            "remove_sample": True,
+            "metadata": {"polar": {"task_id": result.task_id, "session_status": result.status.value, "trained": False,
+                                   "no_model_call": True}}}
         return _build(sample_cls, fields)
     return _sample(result, main_trace(result), group_index, reward_key, advantage, sample_cls,
                    index=result.sample_index)
@@ -73,7 +78,7 @@ def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: 
         "prompt": t.prompt_messages, "tokens": [*t.prompt_ids, *t.response_ids], "response_length": len(t.response_ids),
         "loss_mask": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
         "rollout_log_probs": logprobs, "reward": {reward_key: reward} if reward_key else reward,
-        "status": status,
+        "status": status, "remove_sample": not trains,
         "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
                                "trained": trains, "context_exact": t.metadata.get("context_exact", True),
                                **({"advantage": advantage[(result.session_id, i)]}
@@ -88,4 +93,6 @@ def _build(sample_cls: Any, fields: dict[str, Any]) -> Any:
     status_enum = getattr(sample_cls, "Status", None)
     if status_enum is not None:
         fields = {**fields, "status": status_enum[fields["status"]]}
+    if "remove_sample" not in getattr(sample_cls, "__dataclass_fields__", {"remove_sample": None}):
+        fields = {k: v for k, v in fields.items() if k != "remove_sample"}  # an older slime: the zero mask alone
     return sample_cls(**fields)

@@ -80,12 +80,14 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     timeout = float(getattr(args, "polar_timeout", 3600))
     sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", None)
     samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
-    for index, task_id in enumerate(submitted):
+    for index, (prompt_group, task_id) in enumerate(zip(prompt_groups, submitted)):
         status = client.wait(task_id, timeout=timeout, poll_seconds=1.0)
+        # the index slime's data source gave the group (unique across rollouts); else its place here
+        given = getattr(prompt_group[0], "group_index", None)
         group = groups.Group(task_id, status.results, n)
         adv = groups.advantages(group)
         ordered = sorted(status.results, key=lambda r: r.sample_index)
-        samples.append([slime.to_sample(r, group_index=index, reward_key=reward_key, advantage=adv,
+        samples.append([slime.to_sample(r, group_index=index if given is None else given, reward_key=reward_key, advantage=adv,
                                         sample_cls=sample_cls) for r in ordered])
         metrics["sessions"] += len(status.results)
         metrics["usable"] += int(group.stats["usable"])

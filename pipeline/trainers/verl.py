@@ -6,8 +6,9 @@ in between; ``reward_score`` is a float (verl puts it on the last response token
 trace (``groups.main_trace``), cut to verl's ``response_length`` as verl's own tool agent loop
 cuts it. A session verl must not learn from (not ``groups.usable``: an error, a timeout, a
 cancel, no finite reward) or whose prompt exceeds ``prompt_length`` keeps its row with a zero
-mask and reward 0.0, so the batch keeps its shape. ``to_agent_loop_outputs``: every trace, for
-users who split sessions themselves.
+mask and reward 0.0, so the batch keeps its shape; one that made no model call is a one-token
+placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask, ``extra_fields["no_model_call"]``.
+``to_agent_loop_outputs``: every trace, for users who split sessions themselves.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.schemas import SessionResult
-from pipeline.trainers.groups import main_trace, training_reward, usable
+from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
 
 
 def to_agent_loop_output(result: SessionResult, *, prompt_length: int | None = None,
                          response_length: int | None = None) -> dict[str, Any]:
+    if made_no_call(result):
+        return _placeholder(result)
     index = main_trace(result)
     out = _output(result, index)
     left_out = len(result.trajectory.traces) - 1
@@ -58,3 +61,11 @@ def _output(result: SessionResult, i: int) -> dict[str, Any]:
                          # False: a merged turn's context drifted from what the policy saw (prefix merging)
                          "context_exact": t.metadata.get("context_exact", True)},
     }
+
+
+def _placeholder(result: SessionResult) -> dict[str, Any]:
+    return {"prompt_ids": [PLACEHOLDER_TOKEN], "response_ids": [PLACEHOLDER_TOKEN], "response_mask": [0],
+            "response_logprobs": [0.0], "reward_score": 0.0, "num_turns": 1, "metrics": {}, "multi_modal_data": {},
+            "extra_fields": {"session_id": result.session_id, "task_id": result.task_id, "trace_index": None,
+                             "status": result.status.value, "trained": False, "no_model_call": True,
+                             "context_exact": True}}

@@ -14,17 +14,17 @@ from pipeline.trainers.slime_rollout import generate_rollout
 from tests.e2e.conftest import EXAMPLES
 
 
-class PromptSample:  # what slime's data source hands out: a prompt (and a label)
-    def __init__(self, prompt, label=None):
-        self.prompt, self.label = prompt, label
+class PromptSample:  # what slime's data source hands out: a prompt (and a label), its group's index
+    def __init__(self, prompt, group_index, label=None):
+        self.prompt, self.group_index, self.label = prompt, group_index, label
 
 
 class DataSource:
-    def __init__(self, prompts):
-        self.prompts = prompts
+    def __init__(self, prompts, first_group=40):  # slime numbers groups across rollouts
+        self.prompts, self.first_group = prompts, first_group
 
     def get_samples(self, n):
-        return [[PromptSample(p)] for p in self.prompts[:n]]
+        return [[PromptSample(p, self.first_group + i)] for i, p in enumerate(self.prompts[:n])]
 
 
 def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_path):
@@ -43,7 +43,7 @@ def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_pa
     for index, group in enumerate(out["samples"]):
         # exactly n_samples_per_prompt samples (slime reshapes rewards by it), one per session, in sample order
         assert len(group) == 2 and len({s["session_id"] for s in group}) == 2 and [s["index"] for s in group] == [0, 1]
-        assert {s["group_index"] for s in group} == {index}
+        assert {s["group_index"] for s in group} == {40 + index}  # the data source's, not restarted per rollout
         for s in group:
             assert len(s["tokens"]) > s["response_length"] == len(s["loss_mask"]) == len(s["rollout_log_probs"])
             assert s["reward"] == 1.0 and s["status"] == "COMPLETED"  # a float: slime's default --reward-key

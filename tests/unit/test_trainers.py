@@ -154,11 +154,31 @@ def test_a_merged_trace_whose_context_drifted_is_flagged_to_every_trainer():
     assert skyrl.to_generator_output([r])["rollout_metrics"]["inexact_context_traces"] == 1
 
 
-def test_slime_one_sample_per_session_and_an_empty_failed_one_without_calls():
+def test_slime_one_sample_per_session_and_a_failed_placeholder_without_calls():
     s = slime.to_sample(merged("a", 0.5, traces=[trace(mask=(1,)), trace()], index=3), group_index=1)
     assert s["response_length"] == 4 and s["index"] == 3 and s["reward"] == 0.5 and s["group_index"] == 1
-    none = slime.to_sample(merged("b", None, SessionStatus.ERROR, traces=[]), reward_key="score")
-    assert none["status"] == "FAILED" and none["tokens"] == [] and none["reward"] == {"score": 0.0}
+    assert s["remove_sample"] is False
+    none = slime.to_sample(merged("b", None, SessionStatus.ERROR, traces=[], index=2), reward_key="score")
+    assert none["status"] == "FAILED" and none["reward"] == {"score": 0.0} and none["index"] == 2
+    # a row slime can pack: tokens = prompt + response, one masked response token with its logprob
+    assert len(none["tokens"]) == 2 and none["response_length"] == 1 and none["loss_mask"] == [0]
+    assert len(none["rollout_log_probs"]) == 1 and none["remove_sample"] is True
+    assert slime.to_sample(result("c", 1.0, SessionStatus.TIMEOUT))["remove_sample"] is True
+
+
+def test_a_session_without_a_model_call_keeps_its_row_in_verl_and_skyrl():
+    """Its runtime failed to start, or its agent crashed before calling: one such session in a
+    group used to raise in every adapter and stop the training step."""
+    none = merged("n", None, SessionStatus.ERROR, traces=[], index=1)
+    out = verl.to_agent_loop_output(none, prompt_length=8, response_length=8)
+    assert out["response_mask"] == [0] and len(out["response_ids"]) == len(out["response_logprobs"]) == 1
+    assert out["prompt_ids"] and out["reward_score"] == 0.0 and out["extra_fields"]["no_model_call"] is True
+    g = skyrl.to_generator_output([merged("a", 1.0), none])
+    assert len(g["response_ids"]) == len(g["prompt_token_ids"]) == 2 and g["loss_masks"][1] == [0]
+    assert g["rewards"] == [1.0, 0.0] and g["is_last_step"] == [True, True] and g["stop_reasons"][1] == "error"
+    assert g["trajectory_ids"][1] == {"instance_id": "t", "repetition_id": 1}
+    assert all(len(r) == len(m) == len(lp) for r, m, lp in zip(g["response_ids"], g["loss_masks"], g["rollout_logprobs"]))
+    assert skyrl.to_generator_output([none], step_wise=True)["loss_masks"] == [[0]]
 
 
 def test_staleness_counts_the_oldest_version_that_sampled_a_session():
