@@ -282,7 +282,7 @@ class Gateway:
                 commands += self.token_in.turn_commands(
                     plan, sid, completion_id=completion_id, seq=call.seq, chat=chat, sampled=sampled,
                     prompt_ids=id_list(captured.prompt_ids), response_ids=captured.response_ids,
-                    finish_reason=captured.finish_reason)
+                    finish_reason=captured.finish_reason, stop_reason=captured.stop_reason)
             response = call.provider.render(turn, parsed)
             encoded = encode(turn, response)
         except ProxyError as err:

@@ -155,12 +155,14 @@ def field_name(key: str, completion_id: str) -> str:
 
 def entry_for(*, completion_id: str, seq: int, request_messages: list[dict[str, Any]], chat: dict[str, Any],
               sampled: dict[str, Any], prompt_ids: list[int], response_ids: list[int], finish_reason: str | None,
-              parent: tuple[str, int] | None, eot_hint: int | None) -> tuple[str, Entry]:
+              parent: tuple[str, int] | None, eot_hint: int | None, stop_reason: Any = None) -> tuple[str, Entry]:
     """The field and entry to record for a completion: its request's messages plus what it
     sampled is the history a successor sends back. ``parent``: (field, length) of the turn the
-    prompt was spliced from. ``eot_hint``: the end-of-turn token, when known."""
-    ended = finish_reason in ("stop", "tool_calls") and bool(response_ids) and \
-        (eot_hint is None or response_ids[-1] == eot_hint)
+    prompt was spliced from. ``eot_hint``: the end-of-turn token, when known. A turn cut by one
+    of the call's stop strings (``stop_reason`` a string) did not end on the end-of-turn token:
+    its last token is not taken for it (it would be every later turn's, by majority)."""
+    ended = finish_reason in ("stop", "tool_calls") and bool(response_ids) and not isinstance(stop_reason, str) \
+        and (eot_hint is None or response_ids[-1] == eot_hint)
     eot = response_ids[-1] if ended else eot_hint
     ids = list(response_ids)
     if parent is not None:

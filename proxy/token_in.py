@@ -120,11 +120,12 @@ class TokenInCalls:
 
     def turn_commands(self, plan: Plan, sid: str, *, completion_id: str, seq: int, chat: dict[str, Any],
                       sampled: dict[str, Any], prompt_ids: list[int], response_ids: list[int],
-                      finish_reason: str | None) -> list[tuple[Any, ...]]:
+                      finish_reason: str | None, stop_reason: Any = None) -> list[tuple[Any, ...]]:
         """This completion as a turn a later call may continue."""
         name, entry = splice.entry_for(
             completion_id=completion_id, seq=seq, request_messages=chat.get("messages") or [], chat=chat,
             sampled=sampled, prompt_ids=prompt_ids, response_ids=response_ids, finish_reason=finish_reason,
+            stop_reason=stop_reason,
             parent=plan.spliced.parent if plan.spliced is not None else None, eot_hint=end_of_turn(plan.entries))
         return self.records.turn_commands(sid, name, entry.encode())
 

@@ -244,3 +244,27 @@ def test_every_engine_path_continues_the_sampled_turn(engines, redis_url, tmp_pa
     assert {x.token_in.get("path") for x in records[1:]} == {path}
     for rec, history in zip(records, histories):
         assert rec.prompt_ids == engine.tokenize_chat(history, [BASH_TOOL])
+
+
+def test_a_turn_cut_by_a_stop_string_does_not_set_the_sessions_end_of_turn_token(engines, redis_url, tmp_path):
+    """A side call cut by a stop string ended on an ordinary token, which was taken for the
+    session's end-of-turn token: every later turn then looked cut, and strict refused the
+    session's next continuations. Its token is no end-of-turn token now."""
+    engine = engines["keeps"]
+    policy = ScriptedPolicy.from_obj({"turns": [{"content": "Here we go."}, {"content": "Done."}]}, name="agent")
+    app = create_proxy(Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30),
+                       transport=WSGITransport(create_app(engine, policies={"agent": policy})))
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "strict"})
+    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
+                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    side = sdk.chat.completions.create(model="agent", messages=[{"role": "user", "content": "Title?"}], stop=["e"])
+    assert side.choices[0].message.content == "H"
+    first = [{"role": "user", "content": "Hello"}]
+    said = sdk.chat.completions.create(model="agent", messages=first).choices[0].message.content
+    assert said == "Here we go."
+    answer = sdk.chat.completions.create(model="agent", messages=[
+        *first, {"role": "assistant", "content": said}, {"role": "user", "content": "And?"}])
+    assert answer.choices[0].message.content == "Done."
+    r = redis.Redis.from_url(redis_url)
+    records = [CompletionRecord.model_validate(unpack(x)) for x in r.lrange(session_completions(sid_of(key)), 0, -1)]
+    assert [x.token_in["spliced"] for x in records] == [False, False, True]
