@@ -54,6 +54,9 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
                                  "`thread`", param="thread")
         err.details = {"error_code": "thread_unsupported_request"}
         raise err
+    if body.get("mcp_servers"):
+        raise UnsupportedFeature("mcp_servers: remote MCP servers are not supported (the engine calls no "
+                                 "server; run MCP in the agent)", param="mcp_servers")
     model = require_model(body, "model: Field required")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -117,6 +117,9 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if stops:
         chat["stop"] = stops
     schema = cfg.get("responseJsonSchema") or json_schema(cfg.get("responseSchema"))
+    if cfg.get("responseMimeType") not in (None, "text/plain", "application/json"):
+        raise UnsupportedFeature(f"responseMimeType {cfg['responseMimeType']!r} is not supported: text/plain or "
+                                 "application/json", param="generationConfig.responseMimeType")
     if cfg.get("responseMimeType") == "application/json":
         chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
                                    if isinstance(schema, dict) else {"type": "json_object"})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from proxy.errors import BadRequest, ProxyError
+from proxy.errors import BadRequest, ProxyError, UnsupportedFeature
 from proxy.providers.base import (
     Parsed,
     ProviderBase,
@@ -71,6 +71,14 @@ def normalize(body: Any) -> dict[str, Any]:
         if body.get(legacy) is not None:
             raise BadRequest(f"'{legacy}' (deprecated) is not supported here: send 'tools' and 'tool_choice'",
                              param=legacy)
+    # Asked for, these change what the caller gets back: refused rather than quietly ignored.
+    if body.get("web_search_options") is not None:
+        raise UnsupportedFeature("web search is not supported: the engine searches nothing (give the agent a "
+                                 "search tool instead)", param="web_search_options")
+    modalities = body.get("modalities")
+    if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
+        raise UnsupportedFeature("audio output is not supported: this model answers in text",
+                                 param="audio" if body.get("audio") is not None else "modalities")
     out: dict[str, Any] = {"model": model, "messages": out_messages}
     for key in _FORWARD:
         if key in body and body[key] is not None:
@@ -97,6 +105,9 @@ def _check_message(m: dict[str, Any], i: int) -> None:
     if not (isinstance(content, (str, list)) or (nullable and content is None)):
         need = "a string, an array of content parts" + (" or null" if nullable else "")
         raise BadRequest(f"messages[{i}].content must be {need}", param=f"messages[{i}].content")
+    if m.get("function_call") is not None:  # the engines read tool_calls only: the model would never see it
+        raise BadRequest(f"messages[{i}].function_call (deprecated) is not supported here: send the call as "
+                         "tool_calls", param=f"messages[{i}].function_call")
     if role == "tool" and not isinstance(m.get("tool_call_id"), str):
         raise BadRequest(f"messages[{i}].tool_call_id is required for a tool message", param=f"messages[{i}].tool_call_id")
 

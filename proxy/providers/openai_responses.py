@@ -59,6 +59,9 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     if body.get("conversation") is not None:
         raise UnsupportedFeature("conversation objects are not supported: chain calls with previous_response_id",
                                  param="conversation")
+    if body.get("max_tool_calls") is not None:
+        raise UnsupportedFeature("max_tool_calls is not supported: the engine samples the calls the model makes "
+                                 "(parallel_tool_calls: false limits a turn to one)", param="max_tool_calls")
     if body.get("prompt") is not None:
         raise UnsupportedFeature("stored prompt templates are not supported: send instructions and input",
                                  param="prompt")

@@ -67,6 +67,19 @@ def _post(app, key: str, kind: str, body: dict, path: str | None = None):
     ("responses", {"model": "fake", "input": "hi", "background": True}, "background"),
     ("responses", {"model": "fake", "input": "hi", "conversation": "conv_x"}, "conversation"),
     ("responses", {"model": "fake", "input": "hi", "text": {"format": {"type": "yaml"}}}, "text.format"),
+    # asked for, and once dropped without a word (the caller got something else than it asked for)
+    ("responses", {"model": "fake", "input": "hi", "max_tool_calls": 1}, "max_tool_calls"),
+    ("chat", {"model": "fake", "messages": MSG, "modalities": ["text", "audio"],
+                "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ("chat", {"model": "fake", "messages": MSG, "web_search_options": {}}, "web_search_options"),
+    ("chat", {"model": "fake", "messages": [*MSG, {"role": "assistant", "content": None,
+                                                     "function_call": {"name": "f", "arguments": "{}"}},
+                                              {"role": "user", "content": "go on"}]}, "messages[1].function_call"),
+    ("google", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                "generationConfig": {"responseMimeType": "text/x.enum",
+                                     "responseSchema": {"type": "STRING", "enum": ["a", "b"]}}}, "responseMimeType"),
+    ("anthropic", {"model": "fake", "max_tokens": 5, "messages": MSG,
+                   "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}]}, "mcp_servers"),
 ])
 def test_a_request_that_cannot_be_served_as_asked_is_a_400_in_its_format(proxy_app, redis_url, kind, body, param):
     key = running_session(redis_url)
