@@ -30,6 +30,7 @@ import kombu.exceptions
 import redis
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
+from infra.home_lock import claim_home, release
 from infra.tokens import make_home, redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
@@ -95,6 +96,7 @@ class Stack:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._on_waiting: Callable[[list[str]], None] = lambda names: None
+        self._home_lock: int | None = None
 
     # --- start -------------------------------------------------------------------------------
 
@@ -103,6 +105,7 @@ class Stack:
         if on_waiting is not None:
             self._on_waiting = on_waiting
         make_home(self.settings)
+        self._home_lock = claim_home(self.settings.home)  # before anything of the home is touched
         self.log_dir.mkdir(parents=True, exist_ok=True)
         s = with_tokens(self.settings)
         if not s.upload_roots:  # what tasks may upload: the examples, and where the stack was started
@@ -119,6 +122,8 @@ class Stack:
             ports = {k: free_port() for k in ("api", "proxy", "model")}
             if self.config.fixed_ports:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
+                _refuse_taken({k: v for k, v in ports.items()
+                               if k in self.config.components or (k == "model" and self.config.upstream != "external")})
             s = s.replace(api_url=f"http://127.0.0.1:{ports['api']}", proxy_url=f"http://127.0.0.1:{ports['proxy']}",
                           upstream_url=s.upstream_url if self.config.upstream == "external"
                           else f"http://127.0.0.1:{ports['model']}")
@@ -289,6 +294,8 @@ class Stack:
     # --- stop --------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        if self._home_lock is None:  # not started (or refused its home): nothing here is this stack's
+            return
         self._stopping.set()
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=5)
@@ -307,6 +314,8 @@ class Stack:
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+        release(self._home_lock)
+        self._home_lock = None
 
     def state(self) -> dict[str, Any]:
         """What the CLI's client commands need to find the stack (no secrets: infra/tokens.py)."""
@@ -321,6 +330,21 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _refuse_taken(ports: dict[str, int]) -> None:
+    """A port some server already listens on: the health checks would be answered by it (another
+    stack's API says "ok" too) while this stack's own server fails to bind, restarting for ever."""
+    import socket
+
+    for name, port in ports.items():
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (a closed connection's TIME_WAIT is no listener)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                raise RuntimeError(f"port {port} (the {name}'s, from POLAR_{'UPSTREAM' if name == 'model' else name.upper()}"
+                                   "_URL) is taken: another stack or service listens there") from None
 
 
 def _stop_all(children: list["Child"], sig: signal.Signals, seconds: float) -> None:

@@ -108,7 +108,8 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
         click.echo("stopping ...")
     finally:
         stack.stop()
-        up_state_file(stack.settings).unlink(missing_ok=True)
+        if ready:  # (written by this stack; a refused one leaves the running one's alone)
+            up_state_file(stack.settings).unlink(missing_ok=True)
     if not ready:
         sys.exit(INTERRUPTED)
 

@@ -110,6 +110,21 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert bad.returncode == 2 and "\n  instruction: " in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
         gone = polar("status", "no-such-task", env=cli_env)
         assert gone.returncode == 2 and "404" in gone.stderr
+        # A second stack on this home (`polar up`, `polar demo`) is refused before it touches
+        # anything: it appended to the same Redis file, deleted up.json and, stopping, killed this
+        # stack's agents. A stack elsewhere on this stack's ports is refused too (its health checks
+        # were answered by this stack's servers).
+        before = state_file.read_text()
+        other_ports = {f"POLAR_{n}_URL": f"http://127.0.0.1:{free_port()}" for n in ("API", "PROXY", "UPSTREAM")}
+        second = polar("up", env={**env, **other_ports}, timeout=90)
+        assert second.returncode == 2 and "is in use by a running stack" in second.stderr, second.stdout + second.stderr
+        assert f"pid {up.pid}" in second.stderr
+        again = polar("demo", "--samples", "1", env=cli_env, timeout=90)
+        assert again.returncode == 2 and "is in use by a running stack" in again.stderr, again.stdout + again.stderr
+        elsewhere = polar("up", env={**env, "POLAR_HOME": str(tmp_path / "elsewhere")}, timeout=90)
+        assert elsewhere.returncode == 2 and "is taken" in elsewhere.stderr, elsewhere.stdout + elsewhere.stderr
+        assert state_file.read_text() == before and up.poll() is None
+        assert httpx.get(f"{state['api_url']}/health", timeout=10).status_code == 200
     finally:
         up.send_signal(signal.SIGINT)
         try:
