@@ -74,13 +74,15 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
         provider = g.provider = PROVIDERS[route.provider]
         if route.kind == "health":
             return _health(gw)
-        if route.kind in ("models", "model"):
-            return _models(gw, provider, route)
         key = presented_key(key, request.headers, request.args)
+        if route.kind in ("models", "model"):
+            gw.check_key(key)  # a session's agent lists the models; a stranger learns nothing
+            return _models(gw, provider, route)
+        # (check_key: a Redis that is away is waited for, as a model call's admission waits)
         if route.kind in ("stored", "delete_stored", "input_items", "cancel_stored"):
-            return _json(provider.stored(route, gw.scope(gw.gate.check(key), request.args)))
+            return _json(provider.stored(route, gw.scope(gw.check_key(key), request.args)))
         if route.kind == "count_tokens":
-            scope = gw.scope(gw.gate.check(key))
+            scope = gw.scope(gw.check_key(key))
             body = body if body is not None else json_body(request)
             with translating(provider):  # as a model call's translation answers it
                 chat = provider.count_tokens_chat(body, route, **provider.context(body, scope))

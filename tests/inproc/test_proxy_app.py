@@ -186,6 +186,16 @@ def test_model_cards_do_not_name_the_engines_model_path(proxy_app, redis_url):
     assert one["id"] == "fake" and "root" not in one
 
 
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/fake", "/v1beta/models", "/s/not-a-key/v1/models"])
+def test_the_model_list_needs_a_sessions_key(proxy_app, redis_url, path):
+    """It answered anyone; now a stranger gets the error a model call without a key gets."""
+    resp = proxy_app.test_client().get(path)
+    assert resp.status_code in (401, 404) and "fake" not in resp.get_data(as_text=True), resp.get_data(as_text=True)
+    key = running_session(redis_url)  # the same list with a session's key as a header
+    listed = proxy_app.test_client().get("/v1/models", headers={"Authorization": f"Bearer {key}"}).get_json()
+    assert [m["id"] for m in listed["data"]] == ["fake"]
+
+
 def test_an_ended_sessions_key_reads_nothing_either(proxy_app, redis_url, r):
     """Stored responses, their input items and token counts need a live session's key, as calls do."""
     key = running_session(redis_url)

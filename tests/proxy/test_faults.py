@@ -192,6 +192,18 @@ def test_a_call_arriving_while_redis_restarts_waits_for_it_then_a_503_after_the_
         caller.join(timeout=30)
         assert answers and answers[0].choices[0].message.content == "ok"  # it waited for Redis
         assert time.monotonic() - t0 >= 2.0
+        # A count (Claude Code's count_tokens) waits as a model call does (it was a 503 once the
+        # Redis client's own few retries were spent).
+        counter = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}/s/{key}", api_key="x", max_retries=0)
+        counts: list = []
+        count = threading.Thread(target=lambda: counts.append(counter.messages.count_tokens(
+            model="fake", messages=[{"role": "user", "content": "hi"}])))
+        server.stop()
+        count.start()
+        time.sleep(4.0)
+        server.start()
+        count.join(timeout=30)
+        assert counts and counts[0].input_tokens > 0
         # Redis goes away while a call is sampled, and is back within the wait: the turn is kept
         # (it failed with a 503 -- 'internal proxy error' when streamed -- and was lost), once.
         caller = threading.Thread(target=lambda: answers.append(
