@@ -37,7 +37,10 @@ def ask(client: OpenAI, model: str, messages: list) -> object:
 
 def main() -> int:
     instruction = " ".join(sys.argv[1:]) or os.environ["POLAR_INSTRUCTION"]
-    client = OpenAI()
+    # The SDK's default 2 retries give up within ~1.5 s; a restarted proxy (its supervisor brings
+    # it back in a few seconds) or a proxy waiting out a Redis restart needs longer. The CLIs retry
+    # for longer too.
+    client = OpenAI(max_retries=8)
     model = os.environ.get("POLAR_MODEL", "default")
     messages: list = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": instruction}]
     for _ in range(int(os.environ.get("MAX_TURNS", "20"))):
