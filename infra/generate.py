@@ -49,12 +49,21 @@ class Run:
         return hashlib.sha256(ident.encode()).hexdigest()[:10]
 
     def task_id(self, instance_id: str) -> str:
-        return f"gen-{self.key}-{_UNSAFE.sub('_', instance_id)[:150]}"
+        """Stable per instance (a run resumes by it), and distinct per instance: an id that had to be
+        cleaned or cut (``x/1`` and ``x_1`` clean alike) carries a digest of itself."""
+        clean = _UNSAFE.sub("_", instance_id)
+        if clean != instance_id or len(clean) > 150:
+            clean = f"{clean[:139]}-{hashlib.sha256(instance_id.encode()).hexdigest()[:10]}"
+        return f"gen-{self.key}-{clean}"
 
 
 def read_instances(path: Path) -> list[dict[str, Any]]:
     out, seen = [], set()
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise GenerateError(f"{path}: not UTF-8 text (byte {exc.start}); instances are JSON lines") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -77,6 +86,16 @@ def instance_id(obj: dict[str, Any]) -> str:
     return str(obj.get("instance_id") or obj.get("task_id"))
 
 
+def _image_from_template(template: str | None, obj: dict[str, Any], iid: str) -> str | None:
+    if not template:
+        return None
+    try:
+        return template.format(**{k: v for k, v in obj.items() if isinstance(v, str)})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise GenerateError(f"instance {iid!r}: --image-template {template!r} cannot be filled from its fields "
+                            f"({type(exc).__name__}: {exc}); name string fields, e.g. {{instance_id}}") from None
+
+
 def task_for(obj: dict[str, Any], run: Run) -> dict[str, Any]:
     """The task payload of one input line."""
     iid = instance_id(obj)
@@ -93,8 +112,7 @@ def task_for(obj: dict[str, Any], run: Run) -> dict[str, Any]:
     if "problem_statement" not in obj:
         raise GenerateError(f"instance {iid!r}: neither a SWE-bench instance (problem_statement) nor a task "
                             "(instruction + evaluator)")
-    image = obj.get("image") or (run.image_template.format(**{k: v for k, v in obj.items() if isinstance(v, str)})
-                                 if run.image_template else None)
+    image = obj.get("image") or _image_from_template(run.image_template, obj, iid)
     if not image:
         raise GenerateError(f"instance {iid!r}: no image (give 'image' or --image-template)")
     return {"task_id": run.task_id(iid), "instruction": obj["problem_statement"], "num_samples": run.samples,

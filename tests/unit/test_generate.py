@@ -41,6 +41,29 @@ def test_a_swebench_instance_becomes_a_valid_task_in_its_image(tmp_path):
         gen.task_for(SWE, run(tmp_path))
 
 
+def test_instances_whose_ids_clean_alike_get_distinct_task_ids(tmp_path):
+    """``x/1`` and ``x_1`` both cleaned to ``x_1``: one task id for two instances, one silently
+    dropped and, on resume, recorded with the other's trajectories. Each is its own now; an id
+    needing no cleaning keeps its plain task id (what a run started earlier resumes by)."""
+    r = run(tmp_path)
+    ids = ["x/1", "x_1", "x 1", "é", "è", "a" * 200, "a" * 201]
+    task_ids = [r.task_id(i) for i in ids]
+    assert len(set(task_ids)) == len(ids) and task_ids[1] == f"gen-{r.key}-x_1"
+    assert all(r.task_id(i) == t for i, t in zip(ids, task_ids))  # stable: resumable
+    for t in task_ids:
+        TaskRequest.model_validate({**gen.task_for(SWE, run(tmp_path, image_template="i")), "task_id": t})
+
+
+def test_an_image_template_naming_a_missing_field_or_a_non_utf8_file_is_a_clear_error(tmp_path):
+    for template in ("localhost/{nosuch}", "localhost/{0}", "localhost/{"):
+        with pytest.raises(gen.GenerateError, match="cannot be filled"):
+            gen.task_for(SWE, run(tmp_path, image_template=template))
+    path = tmp_path / "i.jsonl"
+    path.write_bytes(b'{"instance_id": "\xff\xfe"}\n\xff\n')
+    with pytest.raises(gen.GenerateError, match="not UTF-8"):
+        gen.read_instances(path)
+
+
 def test_a_task_payload_line_keeps_its_evaluator_and_takes_the_runs_agent(tmp_path):
     line = {"instance_id": "t1", "instruction": "x", "evaluator": {"strategy": "command", "config": {"command": "true"}},
             "agent": {"custom_shell": "echo"}, "metadata": {"repo": "r"}}
