@@ -330,7 +330,10 @@ def _poison(e: StreamEntry) -> str | None:
 def load_task_file(path: Path) -> dict[str, Any]:
     """Read a TaskRequest JSON file; relative ``src`` paths of upload actions resolve against
     the file's folder, so example tasks work from any working directory."""
-    data = json.loads(path.read_text())
+    try:  # NaN and Infinity are no JSON (Python's parser takes them; nothing after it could send them)
+        data = json.loads(path.read_text(), parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("the task file nests deeper than any task does") from None
     if not isinstance(data, dict):
         raise ValueError(f"a task is a JSON object, not {type(data).__name__}")
     runtime = data.get("runtime")
@@ -342,6 +345,10 @@ def load_task_file(path: Path) -> dict[str, Any]:
             if isinstance(src, str) and src and not Path(src).is_absolute():
                 action["src"] = str((path.parent / src).resolve())
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (a task's numbers are finite)")
 
 
 def _segment(value: str) -> str:

@@ -125,10 +125,14 @@ def test_no_running_stack_is_exit_2_with_one_line(env, args):
 
 
 def test_submit_of_a_file_that_is_no_task_is_exit_2(env, tmp_path):
-    for name, text in (("broken.json", "{not json"), ("list.json", "[1, 2]")):
+    for name, text in (("broken.json", "{not json"), ("list.json", "[1, 2]"),
+                       # (a traceback once: Python's parser takes NaN, and a nesting past its recursion limit)
+                       ("nan.json", '{"instruction": "x", "timeout_seconds": NaN}'),
+                       ("inf.json", '{"timeout_seconds": -Infinity}'), ("deep.json", "[" * 100_000)):
         (tmp_path / name).write_text(text)
         out = polar(env, "submit", str(tmp_path / name))
         assert out.exit_code == 2 and "not a task payload" in out.stderr, out.output
+        assert "Traceback" not in out.output
     out = polar(env, "submit", str(tmp_path / "missing.json"))
     assert out.exit_code == 2 and "does not exist" in out.stderr  # click's own usage error
 
