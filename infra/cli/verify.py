@@ -18,7 +18,8 @@ from pipeline.settings import Settings
                       "2 when the task, the file or the engine cannot be read or reached.")
 @click.option("--task", "task_id", default=None, help="Verify this task's results (fetched from the API).")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A SessionResult or TaskStatus as JSON (or a msgpack SessionResult).")
+              help="A SessionResult or TaskStatus as JSON (or a msgpack SessionResult), or a session's file "
+                   "from POLAR_RESULTS_DIR.")
 @click.option("--upstream", default=None, help="Engine to score with (default: POLAR_UPSTREAM_URL).")
 @click.option("--model", default=None, help="Model name at the engine (default: its first).")
 @click.option("--engine", default=None, help="Engine dialect: vllm, sglang (default: POLAR_UPSTREAM_ENGINE).")
@@ -33,7 +34,15 @@ def verify(task_id: str | None, path: Path | None, upstream: str | None, model: 
     if (task_id is None) == (path is None):
         raise click.UsageError("give exactly one of --task or --file")
     settings = client_settings()
-    results = [r for r in _load(task_id, path, settings) if r.trajectory is not None]
+    loaded = _load(task_id, path, settings)
+    if not loaded:  # (`polar status --json` carries no results)
+        raise Unusable(f"{path or task_id}: no session results to verify" +
+                       (" (a status without results: use --task, or a session's result file)" if path else ""))
+    results = [r for r in loaded if r.trajectory is not None and r.trajectory.traces]
+    if not results:  # an "OK" would say something was checked
+        click.echo(f"nothing to verify: none of the {len(loaded)} session(s) has a trace (no model call was "
+                   "recorded)", err=True)
+        sys.exit(1)
     verifier = Verifier(upstream or settings.upstream_url, model, engine=engine or settings.upstream_engine,
                         tolerance=tolerance, fail_on_drift=fail_on_drift)
     reports = []
@@ -58,6 +67,8 @@ def verify(task_id: str | None, path: Path | None, upstream: str | None, model: 
 
 
 def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
+    from pipeline import results_dir
+    from pipeline.blobs import decode_result
     from pipeline.codec import unpack
     from pipeline.schemas import SessionResult, TaskStatus
 
@@ -75,6 +86,10 @@ def _load(task_id: str | None, path: Path | None, settings: Settings) -> list:
             data = unpack(raw)
         if isinstance(data, dict) and "results" in data and "task_id" in data and "session_id" not in data:
             return TaskStatus.model_validate(data).results
+        if isinstance(data, dict) and data.get("format") == results_dir.FORMAT:  # a POLAR_RESULTS_DIR file
+            result = data.get("result")
+            return [decode_result(result) if isinstance(result, (bytes, bytearray))
+                    else SessionResult.model_validate(result)]
         return [SessionResult.model_validate(data)]
     except Exception as exc:  # noqa: BLE001 - whatever the file holds, the answer is "not a result"
         raise Unusable(f"{path}: not a SessionResult or TaskStatus (JSON or msgpack): "

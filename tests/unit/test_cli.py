@@ -147,6 +147,25 @@ def test_verify_usage_and_unreadable_file_are_exit_2(env, tmp_path):
     assert out.exit_code == 2 and "Expecting property name" in out.stderr and "line 1 column 36" in out.stderr
 
 
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_verify_reads_a_results_dir_file_and_checking_nothing_is_no_ok(env, tmp_path, fmt):
+    """A POLAR_RESULTS_DIR file was "status: Field required" (exit 2); a status without results
+    and a task whose sessions made no model call were "OK" (exit 0) with nothing checked."""
+    from pipeline import results_dir
+    from pipeline.schemas import SessionResult, TaskStatus, Trajectory
+    from pipeline.status import SessionStatus
+
+    result = SessionResult(session_id="ses_a", task_id="t", sample_index=0, status=SessionStatus.ERROR,
+                           trajectory=Trajectory(traces=[]))
+    path = results_dir.write(tmp_path / "results", result, [], [], fmt=fmt)
+    out = polar(env, "verify", "--file", str(path))
+    assert out.exit_code == 1 and "nothing to verify" in out.stderr and "1 session" in out.stderr, out.output
+    status = tmp_path / "status.json"
+    status.write_text(TaskStatus(task_id="t", status="completed", total_sessions=1, counts={}, sessions=[]).model_dump_json())
+    out = polar(env, "verify", "--file", str(status))
+    assert out.exit_code == 2 and "no session results" in out.stderr, out.output
+
+
 def test_generate_of_unreadable_instances_is_exit_2(env, tmp_path):
     (tmp_path / "in.jsonl").write_text("{oops\n")
     out = polar(env, "generate", str(tmp_path / "in.jsonl"), "--harness", "pi", "--model", "m",
