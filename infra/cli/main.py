@@ -25,6 +25,7 @@ import click  # noqa: E402
 
 from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable  # noqa: E402
 from infra.cli.output import emit_json, json_option  # noqa: E402
+from infra.cli.params import SECONDS  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.status import Stage  # noqa: E402
@@ -104,14 +105,14 @@ def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | 
 @click.option("--port", type=int, default=None, help="Default: the port of POLAR_API_URL.")
 def api(host: str, port: int | None) -> None:
     """Run the rollout API (gunicorn + gevent)."""
-    from gevent import monkey
-
-    monkey.patch_all()  # before redis is imported anywhere in this process
-    from infra.serve import run, slow_client_limits
-
     settings = Settings.from_env()
     settings.require_redis()
     _refuse_open_bind(host, settings.secret("api_token"), "POLAR_API_TOKEN", "the rollout API")
+    from gevent import monkey
+
+    monkey.patch_all()  # before redis is imported anywhere in this process (nothing above imports it)
+    from infra.serve import run, slow_client_limits
+
     slow_client_limits(settings)
     run("pipeline.api.wsgi:app", f"{host}:{port or _port(settings.api_url)}", "api")
 
@@ -157,7 +158,7 @@ def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -
                      "timed out, 2 when the API refuses the payload (its field errors are printed).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--wait/--no-wait", default=False, help="Follow progress and print a summary.")
-@click.option("--timeout", type=float, default=None)
+@click.option("--timeout", type=SECONDS, default=None)
 @json_option
 def submit(file: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Submit a TaskRequest JSON file (relative upload paths resolve against its folder)."""
