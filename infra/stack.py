@@ -118,6 +118,7 @@ class Stack:
                 self.redis = EmbeddedRedis(data_dir=data, password=redis_password(s)).start()
                 s = s.replace(redis_url=self.redis.url)
             else:
+                _reachable(s.redis_url)  # (else every service waits for it, and the error names them)
                 redis_password(s, s.redis_url)  # the client commands find it beside up.json's URL
             ports = {k: free_port() for k in ("api", "proxy", "model")}
             if self.config.fixed_ports:
@@ -330,6 +331,13 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _reachable(redis_url: str) -> None:
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=5).ping()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        raise RuntimeError(f"cannot reach POLAR_REDIS_URL ({without_password(redis_url)}): {exc}") from None
 
 
 def _refuse_taken(ports: dict[str, int]) -> None:

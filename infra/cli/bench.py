@@ -25,6 +25,7 @@ import click
 from infra.cli.bench_report import Row, error_row, exit_code, rows_from, skipped_row, summary, table
 from infra.cli.errors import Unusable
 from infra.cli.output import console, emit_json, err_console, json_option, progress
+from infra.cli.params import SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]  # a source checkout; a wheel carries no bench/
 TEST_IMAGE = "localhost/polar-test:bookworm"  # what bench/runtime_bench.py runs sessions in
@@ -90,7 +91,7 @@ EPILOG = ("By default: " + ", ".join(n for n, b in BENCHMARKS.items() if b.defau
 @click.option("--quick", is_flag=True, help="Smaller inputs (about 1-2 minutes in all); each figure says its input.")
 @click.option("--only", metavar="NAME,...", help=ONLY_HELP)
 @click.option("--all", "run_all", is_flag=True, help="Also the slow benchmarks.")
-@click.option("--timeout", type=float, default=None, help="Seconds per benchmark (default 900, 3600 without --quick).")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds per benchmark (default 900, 3600 without --quick).")
 @json_option
 def bench(quick: bool, only: str | None, run_all: bool, timeout: float | None, as_json: bool) -> None:
     """Run the benchmark suite; one table: each figure, its goal, met or missed, and its input."""

@@ -9,6 +9,7 @@ import click
 
 from infra.cli.errors import Unusable
 from infra.cli.output import console, emit_json, json_option, note, progress
+from infra.cli.params import SAMPLES, SECONDS
 from infra.cli.state import client_settings
 
 
@@ -20,11 +21,11 @@ from infra.cli.state import client_settings
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--image-template", help="Image of a SWE-bench instance without 'image', e.g. "
               "'localhost/polar-swe-{instance_id}'.")
-@click.option("--samples", type=int, default=1, show_default=True, help="Attempts per instance.")
+@click.option("--samples", type=SAMPLES, default=1, show_default=True, help="Attempts per instance.")
 @click.option("--min-reward", type=float, default=1.0, show_default=True, help="Accept at or above this reward.")
 @click.option("--no-refresh", is_flag=True, help="Grade in the agent's own runtime (no fresh runtime).")
 @click.option("--concurrency", type=int, default=16, show_default=True, help="Instances in flight at once.")
-@click.option("--timeout", type=float, default=3600, show_default=True, help="Each session's budget, seconds.")
+@click.option("--timeout", type=SECONDS, default=3600, show_default=True, help="Each session's budget, seconds.")
 @click.option("--parquet", is_flag=True, help="Also write trajectories.parquet.")
 @json_option
 def generate(instances: Path, harness: str, model: str, out: Path, image_template: str | None, samples: int,

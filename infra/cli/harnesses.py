@@ -8,6 +8,7 @@ import click
 
 from infra.cli.errors import BadOutcome, Unusable
 from infra.cli.output import console, emit_json, json_option, progress
+from infra.cli.params import SECONDS
 from infra.cli.state import client_settings
 
 
@@ -74,7 +75,7 @@ def list_(as_json: bool) -> None:
                           "reach the stack.")
 @click.option("--smoke/--no-smoke", default=True, show_default=True,
               help="Also run one real session per installed CLI through the running stack (polar up).")
-@click.option("--timeout", type=float, default=180.0, show_default=True)
+@click.option("--timeout", type=SECONDS, default=180.0, show_default=True)
 @json_option
 def doctor(smoke: bool, timeout: float, as_json: bool) -> None:
     """Run each installed CLI's --version; then a one-call session per CLI against the stack's model."""

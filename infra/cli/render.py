@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from infra.cli.output import console, progress
+from infra.cli.output import console, err_console, progress
 from pipeline.client import RolloutClient, api_outage
 from pipeline.schemas import TaskStatus
 
@@ -22,17 +22,25 @@ def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
     status. Raises TimeoutError after ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with progress() as bars:
-        bar = None
+        bar, away = None, False
         while True:
             try:
                 st = client.status(task_id, results=False)
             except Exception as exc:  # an API restart (or its Redis away) is waited out, not fatal
                 if not api_outage(exc) or (deadline is not None and time.monotonic() > deadline):
                     raise
+                why = f"the API is unavailable ({type(exc).__name__}); polling on"
                 if bar is not None:
-                    bars.update(bar, detail=f"the API is unavailable ({type(exc).__name__}); polling on")
+                    bars.update(bar, detail=why)
+                if not away and not err_console.is_terminal:  # no live bar to say it: one line each way
+                    err_console.print(f"{time.strftime('%H:%M:%S')} {why} (Ctrl-C stops waiting; --timeout "
+                                      "bounds the wait)")
+                away = True
                 time.sleep(poll_seconds)
                 continue
+            if away and not err_console.is_terminal:
+                err_console.print(f"{time.strftime('%H:%M:%S')} the API answers again")
+            away = False
             if bar is None:
                 bar = bars.add_task(task_id, total=st.total_sessions, detail="")
             counts = " ".join(f"{k.lower()}={v}" for k, v in sorted(st.counts.items()))

@@ -6,6 +6,7 @@ import click
 
 from infra.cli.errors import Unusable
 from infra.cli.output import emit_json, json_option
+from infra.cli.params import NON_NEGATIVE
 from infra.cli.state import client_settings
 
 
@@ -15,7 +16,7 @@ def runtimes() -> None:
 
 
 @runtimes.command()
-@click.option("--min-age", type=float, default=30.0, show_default=True,
+@click.option("--min-age", type=NON_NEGATIVE, default=30.0, show_default=True,
               help="Leave runtimes younger than this many seconds (INIT may be making them).")
 @click.option("--stack-gone", is_flag=True,
               help="Redis is gone with its stack: treat every session as over and remove everything "

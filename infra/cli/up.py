@@ -13,6 +13,7 @@ import click
 
 from infra.cli.errors import INTERRUPTED, Unusable
 from infra.cli.output import emit_json, json_option, note
+from infra.cli.params import SAMPLES, SECONDS
 from infra.cli.state import up_state_file, write_up_state
 from infra.tokens import make_home, tokens_file
 from pipeline.settings import Settings
@@ -116,8 +117,8 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
 
 @click.command(epilog="Exit 0 when every session completed, 1 when one did not, 2 when the stack cannot "
                       "start, 130 when interrupted.")
-@click.option("--samples", type=int, default=4, show_default=True)
-@click.option("--timeout", type=float, default=600.0, show_default=True)
+@click.option("--samples", type=SAMPLES, default=4, show_default=True)
+@click.option("--timeout", type=SECONDS, default=600.0, show_default=True)
 @json_option
 def demo(samples: int, timeout: float, as_json: bool) -> None:
     """Start the stack, run the example agent on an example task, print what happened."""

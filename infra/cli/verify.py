@@ -10,6 +10,7 @@ import click
 
 from infra.cli.errors import Unusable
 from infra.cli.output import emit_json, json_option, progress
+from infra.cli.params import NON_NEGATIVE
 from infra.cli.state import client_settings
 from pipeline.settings import Settings
 
@@ -23,7 +24,7 @@ from pipeline.settings import Settings
 @click.option("--upstream", default=None, help="Engine to score with (default: POLAR_UPSTREAM_URL).")
 @click.option("--model", default=None, help="Model name at the engine (default: its first).")
 @click.option("--engine", default=None, help="Engine dialect: vllm, sglang (default: POLAR_UPSTREAM_ENGINE).")
-@click.option("--tolerance", type=float, default=1e-4, show_default=True)
+@click.option("--tolerance", type=NON_NEGATIVE, default=1e-4, show_default=True)
 @click.option("--fail-on-drift", is_flag=True, help="Drifted merged turns count as violations.")
 @json_option
 def verify(task_id: str | None, path: Path | None, upstream: str | None, model: str | None, engine: str | None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import stat
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -205,3 +206,46 @@ def test_the_proxy_socket_folder_must_be_this_users_own(tmp_path):
             proxy_socket_path(home)
     finally:
         path.parent.unlink()
+
+
+def test_following_a_task_says_on_stderr_when_the_api_is_away(capsys):
+    """Without a terminal there is no live bar: a `submit --wait` whose stack had gone polled on
+    in silence. Now one line says so (and --timeout still bounds the wait)."""
+    from infra.cli.render import follow
+    from pipeline.client import RolloutClient
+
+    client = RolloutClient(f"http://127.0.0.1:{free_port()}", api_token="x")  # nothing listens there
+    with pytest.raises(httpx.TransportError):
+        follow(client, "t-1", timeout=1.0, poll_seconds=0.2)
+    err = capsys.readouterr().err
+    assert err.count("the API is unavailable (ConnectError); polling on") == 1, err
+
+
+def test_up_with_an_unreachable_redis_url_says_so_at_once(tmp_path):
+    """It started every service, waited 120 s for them, and blamed the API and the proxy."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "POLAR_HOME": str(tmp_path), "POLAR_REDIS_URL": f"redis://:s3cret@127.0.0.1:{free_port()}/0",
+           **{f"POLAR_{n}_URL": f"http://127.0.0.1:{free_port()}" for n in ("API", "PROXY", "UPSTREAM")}}
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "up", "--no-model"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "cannot reach POLAR_REDIS_URL" in out.stderr, out.stdout + out.stderr
+    assert "s3cret" not in out.stdout + out.stderr and time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("args", [
+    ("submit", "x.json", "--timeout", "-1"), ("submit", "x.json", "--timeout", "nan"),
+    ("submit", "x.json", "--timeout", "0"), ("verify", "--task", "t", "--tolerance", "-1"),
+    ("runtimes", "sweep", "--min-age", "-5"), ("demo", "--samples", "0"), ("demo", "--timeout", "inf"),
+])
+def test_out_of_range_numbers_are_usage_errors_before_anything_runs(env, tmp_path, args):
+    """They were taken: a negative or NaN timeout (a wait that ends at once, or never), a
+    negative tolerance, a demo of 0 samples that started the whole stack first."""
+    (tmp_path / "x.json").write_text("{}")
+    out = polar(env, *[str(tmp_path / a) if a == "x.json" else a for a in args])
+    assert out.exit_code == 2, out.output
+    assert "must be a finite number" in out.stderr or "not in the range x>=1" in out.stderr, out.output
