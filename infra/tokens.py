@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pipeline.credentials import new_token
+from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 
 SECRETS = ("api_token", "admin_token", "flower_basic_auth", "callback_secret")
@@ -26,7 +27,11 @@ REDIS_PASSWORD = "redis_password"
 def make_home(settings: Settings) -> Path:
     """``$POLAR_HOME``, created the user's alone when new: it holds these secrets, results,
     artifacts and Redis's files (an existing one keeps the mode its owner gave it)."""
-    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:  # a file in its place, a folder it may not create
+        why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        raise ConfigError(f"POLAR_HOME={settings.home} cannot hold this stack's files: {why}") from None
     return settings.home
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from dotenv import dotenv_values
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
@@ -220,6 +220,13 @@ class Settings(BaseSettings):
         """A copy with ``changes`` applied (validated like any other value)."""
         return type(self).model_validate({**self.model_dump(), **changes})
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return url
+
     def to_env(self) -> dict[str, str]:
         """Environment that reproduces these settings in a child process (secrets included: an
         environment is not a log)."""
@@ -273,4 +280,9 @@ def _from_mapping(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _variable(loc: tuple[Any, ...]) -> str:
-    return ENV_PREFIX + str(loc[0]).upper() if loc else "settings"
+    if not loc:
+        return "settings"
+    name = str(loc[0]).upper()
+    if name in ("REDIS_URL", "POLAR_REDIS_URL"):  # (the one setting with an alias)
+        return "POLAR_REDIS_URL (or REDIS_URL)"
+    return ENV_PREFIX + name

@@ -49,8 +49,10 @@ def translate(exc: Exception) -> click.ClickException | None:
     if isinstance(exc, RolloutError):
         error = exc.body.get("error") if isinstance(exc.body, dict) else None
         fields = error.get("fields") if isinstance(error, dict) else None
-        lines = [str(exc)] + [f"  {f.get('field')}: {f.get('message')}" for f in fields or [] if isinstance(f, dict)]
-        return Unusable("\n".join(lines))
+        listed = [f"  {f.get('field')}: {f.get('message')}" for f in fields or [] if isinstance(f, dict)]
+        # (the message sums the fields up for a caller that reads no list: said once here)
+        head = f"{exc.status}: the API refused the request:" if listed else str(exc)
+        return Unusable("\n".join([head, *listed]))
     if isinstance(exc, httpx.TransportError):
         where = _url(exc)
         return Unusable(f"cannot reach {where} ({type(exc).__name__}: {exc}); is `polar up` running, "

@@ -108,6 +108,7 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         # A payload the API refuses: exit 2, its field errors listed, no traceback.
         bad = polar("submit", str(EXAMPLES / "demo_policy.json"), env=cli_env)
         assert bad.returncode == 2 and "\n  instruction: " in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        assert bad.stderr.count("instruction: ") == 1, bad.stderr  # listed once, not summed up in the head too
         gone = polar("status", "no-such-task", env=cli_env)
         assert gone.returncode == 2 and "404" in gone.stderr
         # A second stack on this home (`polar up`, `polar demo`) is refused before it touches

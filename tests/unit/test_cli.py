@@ -249,3 +249,16 @@ def test_out_of_range_numbers_are_usage_errors_before_anything_runs(env, tmp_pat
     out = polar(env, *[str(tmp_path / a) if a == "x.json" else a for a in args])
     assert out.exit_code == 2, out.output
     assert "must be a finite number" in out.stderr or "not in the range x>=1" in out.stderr, out.output
+
+
+def test_a_polar_home_that_cannot_be_a_folder_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("x")
+    env = {**os.environ, "POLAR_HOME": str(tmp_path / "file")}
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "up"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "cannot hold this stack's files: it is not a folder" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

@@ -84,3 +84,13 @@ def test_services_do_not_read_a_running_stack(tmp_path, monkeypatch):
     assert client_settings().api_url == "http://127.0.0.1:1"
     monkeypatch.setenv("POLAR_API_URL", "http://explicit:2")
     assert client_settings().api_url == "http://explicit:2"  # an explicit variable wins
+
+
+def test_a_redis_url_that_is_no_redis_url_is_refused_by_its_variables_name():
+    """redis-py's ValueError surfaced as a traceback from the first command that connected."""
+    for env in ({"POLAR_REDIS_URL": "notaurl"}, {"REDIS_URL": "http://h"}):
+        with pytest.raises(ConfigError, match=r"POLAR_REDIS_URL \(or REDIS_URL\): .*must be a redis://, rediss:// "
+                                              "or unix:// URL") as info:
+            Settings.from_env(env)
+        assert "POLAR_POLAR" not in str(info.value)
+    assert Settings.from_env({"POLAR_REDIS_URL": "unix:///run/redis.sock"}).redis_url == "unix:///run/redis.sock"
