@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import json
 import signal
 import sys
 import time
@@ -37,8 +38,12 @@ def _policies(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in items:
         name, sep, path = item.partition("=")
-        if not sep:
+        if not sep or not name:
             raise click.BadParameter(f"expected NAME=FILE, got {item!r}", param_hint="--policy")
+        try:  # checked now: the model server would fail on it only once the whole stack is starting
+            json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(f"{path}: not a readable JSON policy file ({exc})", param_hint="--policy") from None
         out[name] = str(Path(path).resolve())
     return out
 
@@ -81,12 +86,13 @@ def _sigterm_as_interrupt() -> None:
 def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> None:
     """Start embedded Redis (unless POLAR_REDIS_URL is set), one worker per stage, the proxy,
     the API and the reference model; Ctrl-C stops everything."""
+    extra = _policies(policies)
     _sigterm_as_interrupt()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     settings = Settings.from_env()
     # The demo task's scripted policy comes with the reference model, so the README's
     # `polar up` + `polar submit examples/demo_task.json` works as written.
-    served = {**({} if no_model else DEMO_POLICY), **_policies(policies)}
+    served = {**({} if no_model else DEMO_POLICY), **extra}
     stack = _stack(settings, served, flower_port, not no_model, fixed_ports=True, persist=True)
     click.echo("starting ...")
     ready = False

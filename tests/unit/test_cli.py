@@ -262,3 +262,11 @@ def test_a_polar_home_that_cannot_be_a_folder_is_one_line(tmp_path):
                          timeout=60)
     assert out.returncode == 2 and "cannot hold this stack's files: it is not a folder" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_up_checks_its_policy_files_before_starting_anything(env, tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    for item in (f"x={tmp_path / 'missing.json'}", f"x={tmp_path / 'bad.json'}", "=a.json"):
+        out = polar({**env, "POLAR_HOME": str(tmp_path / "home")}, "up", "--policy", item)
+        assert out.exit_code == 2 and "--policy" in out.stderr, out.output
+        assert not (tmp_path / "home").exists()  # refused before the stack touched anything
