@@ -110,7 +110,8 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
         # Gemini's own ranges for temperature and topP (vLLM's are wider): its 400 outside them
         if opt_number(cfg, src, param=f"generationConfig.{src}", within=within) is not None:
             chat[dst] = cfg[src]
-    for src, dst, low in (("topK", "top_k", 1), ("maxOutputTokens", "max_tokens", 1), ("seed", "seed", 0)):
+    # (Gemini's seed is an int32, negative ones included)
+    for src, dst, low in (("topK", "top_k", 1), ("maxOutputTokens", "max_tokens", 1), ("seed", "seed", -2**31)):
         if (whole := opt_int(cfg, src, minimum=low, param=f"generationConfig.{src}")) is not None:
             chat[dst] = whole
     stops = stop_list(cfg.get("stopSequences"), "generationConfig.stopSequences")

@@ -92,6 +92,15 @@ def test_a_request_that_cannot_be_served_as_asked_is_a_400_in_its_format(proxy_a
     assert done == [] and len(errors) == 1  # kept for diagnosis, never a completion
 
 
+def test_a_negative_gemini_seed_is_taken_as_gemini_takes_it(proxy_app, redis_url):
+    key = running_session(redis_url)
+    resp = _post(proxy_app, key, "google", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                            "generationConfig": {"seed": -5}}, "/v1beta/models/fake:generateContent")
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    (record,), _ = records(redis_url, key)
+    assert record["normalized_request"]["seed"] == -5
+
+
 @pytest.mark.parametrize("fmt, sent", [
     ({"type": "json_object"}, {"type": "json_object"}),
     ({"type": "json_schema", "name": "r", "schema": {"type": "object"}},
