@@ -169,15 +169,20 @@ def test_without_it_the_drifted_turns_are_the_perturbed_ones(engines, redis_url,
     assert drifted == perturbed(conv)
 
 
-def test_a_compacted_history_is_rendered_with_its_reason_and_nothing_is_misspliced(engines, redis_url, tmp_path):
-    engine = engines["keeps"]
-    policy = ScriptedPolicy.from_obj({"turns": [{"text": model_text("ls", "compact", None)}, {"content": "Done."},
-                                                {"content": "Still done."}]}, name="agent")
+def scripted_sdk(engine, redis_url, tmp_path, turns: list, token_in: str):
+    """The openai SDK on a session with ``token_in``, through the proxy app to a scripted policy."""
+    policy = ScriptedPolicy.from_obj({"turns": turns}, name="agent")
     app = create_proxy(Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30),
                        transport=WSGITransport(create_app(engine, policies={"agent": policy})))
-    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "auto"})
-    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
-                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": token_in})
+    return openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
+                         http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60)), key
+
+
+def test_a_compacted_history_is_rendered_with_its_reason_and_nothing_is_misspliced(engines, redis_url, tmp_path):
+    engine = engines["keeps"]
+    sdk, key = scripted_sdk(engine, redis_url, tmp_path, [{"text": model_text("ls", "compact", None)},
+                                                          {"content": "Done."}, {"content": "Still done."}], "auto")
     system, user = {"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix it."}
     first = sdk.chat.completions.create(model="agent", messages=[system, user], tools=[BASH_TOOL]).choices[0].message
     # The harness compacts: its history is now a summary and an assistant turn it wrote itself.
@@ -192,13 +197,7 @@ def test_a_compacted_history_is_rendered_with_its_reason_and_nothing_is_missplic
 
 
 def test_strict_refuses_what_it_cannot_splice_in_the_callers_format(engines, redis_url, tmp_path):
-    engine = engines["keeps"]
-    policy = ScriptedPolicy.from_obj({"turns": [{"content": "Hi."}, {"content": "Again."}]}, name="agent")
-    app = create_proxy(Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30),
-                       transport=WSGITransport(create_app(engine, policies={"agent": policy})))
-    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "strict"})
-    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
-                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    sdk, _ = scripted_sdk(engines["keeps"], redis_url, tmp_path, [{"content": "Hi."}, {"content": "Again."}], "strict")
     sdk.chat.completions.create(model="agent", messages=[{"role": "user", "content": "Hello"}])  # a first call: fine
     with pytest.raises(openai.BadRequestError, match="token_in is strict"):
         sdk.chat.completions.create(model="agent", messages=[
@@ -250,13 +249,8 @@ def test_a_turn_cut_by_a_stop_string_does_not_set_the_sessions_end_of_turn_token
     """A side call cut by a stop string ended on an ordinary token, which was taken for the
     session's end-of-turn token: every later turn then looked cut, and strict refused the
     session's next continuations. Its token is no end-of-turn token now."""
-    engine = engines["keeps"]
-    policy = ScriptedPolicy.from_obj({"turns": [{"content": "Here we go."}, {"content": "Done."}]}, name="agent")
-    app = create_proxy(Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30),
-                       transport=WSGITransport(create_app(engine, policies={"agent": policy})))
-    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "strict"})
-    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
-                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    sdk, key = scripted_sdk(engines["keeps"], redis_url, tmp_path, [{"content": "Here we go."}, {"content": "Done."}],
+                            "strict")
     side = sdk.chat.completions.create(model="agent", messages=[{"role": "user", "content": "Title?"}], stop=["e"])
     assert side.choices[0].message.content == "H"
     first = [{"role": "user", "content": "Hello"}]
