@@ -11,6 +11,7 @@ network that still reaches the proxy through its Unix socket.
 from __future__ import annotations
 
 import os
+import tempfile
 import random
 import shlex
 import shutil
@@ -484,6 +485,12 @@ def test_the_bwrap_sandbox_does_not_see_the_services_folder(bwrap_available, tmp
                       'echo kept > "$POLAR_SESSION_DIR/workspace/out.txt"')
         assert "SECRET" not in res.stdout and "sk-polar-other" not in res.stdout and "sess-other" not in res.stdout
         assert not (tmp_path / "escaped").exists()
+        # the shared /tmp neither (another stack's home, a grading folder of the worker's)
+        with tempfile.NamedTemporaryFile("w", dir="/tmp", suffix="-tokens.json") as other:
+            other.write("sk-polar-in-tmp")
+            other.flush()
+            seen = rt.exec(f"cat {other.name}; ls /tmp")
+            assert "sk-polar-in-tmp" not in seen.stdout and os.path.basename(other.name) not in seen.stdout
         assert "hello from tools" in res.stdout
         assert (elsewhere / "sess-mine" / "workspace" / "out.txt").read_text() == "kept\n"
     finally:
@@ -520,6 +527,25 @@ def test_a_pipe_or_link_the_session_left_where_the_worker_writes_or_reads_never_
     assert rt.exec('rm "$POLAR_SESSION_DIR/logs/t.stdout"; mkfifo "$POLAR_SESSION_DIR/logs/t.stdout"').ok
     with pytest.raises(OSError):  # at once, not waiting for a writer
         read_in(Path(res.log_paths["stdout"]), 1 << 20)
+
+
+def test_a_tasks_environment_never_picks_or_loads_what_runs_bwrap_on_the_host(bwrap_available, tmp_path):
+    """The task's environment was the host launcher's: a PATH with a relative folder ran the
+    `bwrap` the agent wrote in its workspace -- on the host, outside the sandbox (the probe read
+    tokens.json with it) -- and LD_PRELOAD would have loaded the agent's library there. The
+    command still gets its environment, inside."""
+    escaped = tmp_path / "escaped"
+    env = {"PATH": f".bin:{os.environ['PATH']}", "LD_PRELOAD": "./evil.so", "MINE": "set"}
+    rt = runtimes.create(RuntimeSpec(backend="bwrap", env=env), "sess-env", RuntimeHost(root=tmp_path / "runtimes"))
+    rt.start()
+    try:
+        fake = f'#!/bin/sh\ntouch {escaped}\nexec /usr/bin/bwrap "$@"\n'
+        assert rt.exec(f"mkdir -p .bin && printf '%s' '{fake}' > .bin/bwrap && chmod +x .bin/bwrap").ok
+        res = rt.exec('echo "$MINE $LD_PRELOAD $PATH"')
+        assert not escaped.exists(), "the task's PATH picked the host's bwrap"
+        assert res.stdout.startswith("set ./evil.so .bin:"), res.stdout + res.stderr  # (inside: the task's own)
+    finally:
+        rt.stop()
 
 
 def test_the_bwrap_sandbox_cannot_connect_to_the_hosts_sockets(bwrap_available, tmp_path):

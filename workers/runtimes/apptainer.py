@@ -16,6 +16,7 @@ tested (tests/workers/test_apptainer.py); the real runs happen wherever ``apptai
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import shutil
 import subprocess
@@ -125,6 +126,14 @@ class ApptainerRuntime(LocalRuntime):
         """``apptainer exec`` in the instance."""
         return [self.handle.get("apptainer") or "apptainer", "exec", f"instance://{self.instance}",
                 "bash", "-c", command]
+
+    def launch(self, command: str, workdir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """apptainer (an absolute path, found at create) reads the container's environment from its
+        own; what the host process itself would act on from a task -- the dynamic loader's
+        variables, a PATH -- is kept to the worker's (the container gets its own PATH anyway)."""
+        host_env = {k: v for k, v in env.items() if not k.startswith(("LD_", "APPTAINER_", "SINGULARITY_"))}
+        host_env["PATH"] = os.environ.get("PATH", os.defpath)
+        return self.argv(command, workdir), host_env
 
     def exec(self, command: str, *, cwd: str | None = None, **kw: Any) -> Any:
         # The working directory is a path in the container, not on the host.

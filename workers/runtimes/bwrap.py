@@ -3,12 +3,15 @@
 Each command runs in its own sandbox, without capabilities: the host's filesystem read-only, but
 for what the sandbox does not see at all (the service's folders -- POLAR_HOME with its secrets and
 Redis's files, the sessions', the results -- the worker user's home and root's, the ``.env``, the
-password hashes, ``/run`` and the container engine's socket), the session directory writable
+password hashes, ``/run``, the shared ``/tmp`` and ``/var/tmp``, and the container engine's socket),
+the session directory writable
 (and the harness tools and this Python readable), fresh PID/IPC/UTS namespaces with
 ``--die-with-parent``, so when the command ends or is
 killed, everything it started -- ``setsid`` daemons included -- ends with it (a background
 process does not outlive its step). ``network: none`` or ``allow_internet: false`` also unshares
 the network: the proxy is then reached through a relay to its Unix socket, bound into the sandbox.
+bwrap itself is started by its absolute path with the worker's environment; the command's
+environment is set inside (``launch``).
 """
 
 from __future__ import annotations
@@ -55,13 +58,24 @@ class BwrapRuntime(LocalRuntime):
                    int(handle.get("pid_floor") or 0), handle.get("hidden"))
 
     def start(self) -> None:
-        if shutil.which("bwrap") is None:
-            raise RuntimeStartError("the bwrap backend needs bubblewrap on the worker host (apt install bubblewrap)")
+        _bwrap()
         if self.isolated:
             relay.socket_folder(self.proxy_socket)  # refused early: no socket, or a folder with more in it
         super().start()
         if self.isolated:
             relay.write_script(self.root)
+
+    def launch(self, command: str, workdir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """bwrap by its absolute path, with the worker's environment; the command's environment
+        is set inside the sandbox (``--clearenv``, ``--setenv``). The task's environment on the
+        host process let a task PATH with a relative folder run a bwrap the agent wrote in its
+        workspace, on the host, and LD_PRELOAD would load the agent's library there."""
+        inner = ["--clearenv", *(arg for key, value in env.items() for arg in ("--setenv", key, value))]
+        argv = self.argv(command, workdir)
+        cut = argv.index("--")
+        host_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
+                    "POLAR_SESSION_DIR": str(self.root)}  # (the sweep knows a session's processes by it)
+        return [_bwrap(), *argv[1:cut], *inner, *argv[cut:]], host_env
 
     def reachable_url(self, url: str) -> str:
         return relay.relay_url(url) if self.isolated else url
@@ -73,7 +87,9 @@ class BwrapRuntime(LocalRuntime):
         # would otherwise hand them to the sandbox, which could unmount what hides the secrets.
         # The sandbox runs as the worker's user (root, on many hosts): what that user owns is also
         # hidden -- its home folders, the settings' .env, the password hashes.
-        hidden = _outermost([*self.hidden, *_user_homes()])
+        # The shared temporary folders too: other stacks' homes, the worker's grading folders,
+        # anything a host process left there (the session has its own TMPDIR).
+        hidden = _outermost([*self.hidden, *_user_homes(), *(t for t in SHARED_TMP if os.path.isdir(t))])
         masks = [arg for folder in hidden for arg in ("--tmpfs", folder)]
         # A read-only bind does not stop connect(): the host's sockets (a container engine's API,
         # the system bus) would hand the sandbox the host. /run goes (the resolver's folder stays),
@@ -99,6 +115,14 @@ class BwrapRuntime(LocalRuntime):
                  f"for _ in $(seq 100); do (: > /dev/tcp/127.0.0.1/{relay.RELAY_PORT}) 2>/dev/null && break; "
                  'sleep 0.05; done; exec bash -c "$0"')
         return [*args, "--unshare-net", "--ro-bind", folder, mount, "--", "bash", "-c", inner, command]
+
+
+def _bwrap() -> str:
+    """bubblewrap's absolute path, found on the worker's PATH (never a task's)."""
+    found = shutil.which("bwrap", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise RuntimeStartError("the bwrap backend needs bubblewrap on the worker host (apt install bubblewrap)")
+    return os.path.abspath(found)
 
 
 def _within(path: str, folder: str) -> bool:
@@ -131,6 +155,7 @@ def _run_mask() -> list[str]:
     return ["--tmpfs", "/run", *keep]
 
 
+SHARED_TMP = ("/tmp", "/var/tmp")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 
 

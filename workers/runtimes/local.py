@@ -97,6 +97,13 @@ class LocalRuntime:
         """How a command is started (the bwrap backend wraps it in a sandbox)."""
         return ["bash", "-c", command]
 
+    def launch(self, command: str, workdir: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The host process's argv and environment for ``command`` run with ``env``: here the
+        command itself. A sandboxing backend starts its launcher with the worker's own
+        environment and hands ``env`` to the command inside (the task's PATH or LD_PRELOAD must
+        not pick or load what the host runs)."""
+        return self.argv(command, workdir), env
+
     def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
              timeout: float | None = None, should_cancel: Callable[[], bool] | None = None,
              log_name: str | None = None) -> ExecResult:
@@ -110,7 +117,8 @@ class LocalRuntime:
         out, err = open_logs(self.root, name)
         with out, err:
             try:
-                proc = subprocess.Popen(self.argv(command, workdir), cwd=workdir, env=full_env,
+                argv, launch_env = self.launch(command, workdir, full_env)
+                proc = subprocess.Popen(argv, cwd=workdir, env=launch_env,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         start_new_session=True)
             except OSError as exc:
