@@ -11,13 +11,13 @@ network that still reaches the proxy through its Unix socket.
 from __future__ import annotations
 
 import os
-import tempfile
 import random
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
