@@ -98,6 +98,10 @@ class Settings(BaseSettings):
 
     # Runtimes.
     default_runtime_backend: str = "local"  # for tasks whose runtime names no backend
+    # The backends a task may run on (comma-separated; unset: all). `local` runs the agent, and
+    # whatever a task's commands say, on the worker host as its user: whoever holds the API token
+    # then runs code there. A stack taking tasks from others sets e.g. "docker,bwrap".
+    allowed_runtime_backends: str | None = None
     docker_host: str | None = None  # the docker (or podman) API socket; unset: DOCKER_HOST / the default
     # The proxy also listens here (when set); runtimes without a network reach it through it.
     proxy_socket: Path | None = None

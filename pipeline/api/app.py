@@ -229,13 +229,23 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         fields = [{"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
                   for e in exc.errors()]
         raise _invalid(fields) from None
-    problems = _limits(task, settings) + _plugins(task) + _uploads(task, settings)
+    problems = _limits(task, settings) + _plugins(task) + _uploads(task, settings) + _backend_allowed(task, settings)
     why = refusal(task.callback_url, settings) if task.callback_url else None
     if why:
         problems.append({"field": "callback_url", "message": why})
     if problems:
         raise _invalid(problems)
     return task
+
+
+def _backend_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
+    if settings.allowed_runtime_backends is None:
+        return []
+    allowed = [b.strip() for b in settings.allowed_runtime_backends.split(",") if b.strip()]
+    if task.runtime.backend in allowed:
+        return []
+    return [{"field": "runtime.backend", "message": f"runtime backend {task.runtime.backend!r} is not allowed on this "
+             f"stack; it allows {', '.join(allowed) or 'none'} (POLAR_ALLOWED_RUNTIME_BACKENDS)"}]
 
 
 def _limits(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:

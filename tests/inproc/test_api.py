@@ -213,6 +213,20 @@ def test_redis_down_is_503_and_health_says_so(tmp_path):
     assert health.status_code == 503 and health.get_json()["status"] == "unavailable"
 
 
+def test_the_operator_can_refuse_runtime_backends_the_default_one_included(r, redis_url, tmp_path):
+    """Any API token holder could pick `local` (code on the worker host as its user); an operator
+    serving others' tasks allows only sandboxes."""
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url, allowed_runtime_backends="docker, bwrap"))
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    for runtime in ({"backend": "local"}, {}):  # named, or the default (local)
+        with pytest.raises(RolloutError) as info:
+            client.submit({**TASK, "runtime": runtime})
+        (problem,) = info.value.body["error"]["fields"]
+        assert problem["field"] == "runtime.backend" and "POLAR_ALLOWED_RUNTIME_BACKENDS" in problem["message"]
+        assert "docker, bwrap" in problem["message"]
+    assert client.submit({**TASK, "runtime": {"backend": "bwrap"}})
+
+
 def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
