@@ -31,6 +31,7 @@ def sweep(min_age: float, stack_gone: bool, as_json: bool) -> None:
 
     settings = client_settings()
     if stack_gone:
+        _refuse_while_a_stack_runs(settings.home)
         status_of = lambda _sid: None  # noqa: E731
     else:
         if not settings.redis_url:
@@ -44,3 +45,17 @@ def sweep(min_age: float, stack_gone: bool, as_json: bool) -> None:
     for name in removed:
         click.echo(f"removed {name}")
     click.echo(f"{len(removed)} removed from {settings.runtime_root}")
+
+
+def _refuse_while_a_stack_runs(home) -> None:
+    """--stack-gone kills every session's processes: never under a stack still running on this
+    home (it holds the home's lock, infra/home_lock.py)."""
+    from infra.home_lock import HomeInUse, claim_home, release
+
+    if not home.is_dir():
+        return
+    try:
+        release(claim_home(home))
+    except HomeInUse as exc:
+        raise Unusable(f"{exc}; --stack-gone is for a stack that is gone (without it, Redis says which "
+                       "sessions are over)") from None

@@ -270,3 +270,19 @@ def test_up_checks_its_policy_files_before_starting_anything(env, tmp_path):
         out = polar({**env, "POLAR_HOME": str(tmp_path / "home")}, "up", "--policy", item)
         assert out.exit_code == 2 and "--policy" in out.stderr, out.output
         assert not (tmp_path / "home").exists()  # refused before the stack touched anything
+
+
+def test_sweeping_as_if_the_stack_were_gone_is_refused_while_it_runs(env, tmp_path):
+    """--stack-gone killed a live stack's agents: the stack's home lock says it is not gone."""
+    from infra.home_lock import claim_home, release
+
+    home = tmp_path / "home"
+    home.mkdir()
+    held = claim_home(home)
+    try:
+        out = polar({**env, "POLAR_HOME": str(home)}, "runtimes", "sweep", "--stack-gone", "--min-age", "0")
+        assert out.exit_code == 2 and "in use by a running stack" in out.stderr, out.output
+    finally:
+        release(held)
+    out = polar({**env, "POLAR_HOME": str(home)}, "runtimes", "sweep", "--stack-gone", "--json")
+    assert out.exit_code == 0 and json.loads(out.stdout)["removed"] == [], out.output
