@@ -29,9 +29,15 @@ def make_home(settings: Settings) -> Path:
     artifacts and Redis's files (an existing one keeps the mode its owner gave it)."""
     try:
         settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = settings.home.stat()
     except OSError as exc:  # a file in its place, a folder it may not create
         why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
         raise ConfigError(f"POLAR_HOME={settings.home} cannot hold this stack's files: {why}") from None
+    # A folder someone else made (under /tmp, say) could hand them this stack's secrets, or
+    # plant their own tokens: it must be this user's, and not writable by others.
+    if info.st_uid != os.getuid() or info.st_mode & 0o002:
+        raise ConfigError(f"POLAR_HOME={settings.home} is another user's folder, or writable by anyone: it would "
+                          "hold this stack's secrets (use a folder of your own, e.g. the default ~/.polar)")
     return settings.home
 
 
@@ -50,7 +56,13 @@ def _load(path: Path) -> dict[str, str]:
 
 def _store(path: Path, stored: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # Never through a link (the secrets would go where it points), and the owner's alone whatever
+    # mode a file already there had.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path} ({exc.strerror or exc}): the stack's secrets go there") from None
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(stored, f, indent=2)
 

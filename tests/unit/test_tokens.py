@@ -61,3 +61,32 @@ def test_a_new_home_is_the_users_alone_and_an_old_one_keeps_its_mode(tmp_path):
     old = Settings(home=tmp_path / "shared")
     make_home(old)
     assert old.home.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_home_anyone_may_write_or_a_link_in_place_of_tokens_json_gets_no_secrets(tmp_path):
+    """A home someone else made world-writable (under /tmp), its tokens.json a link to their 0666
+    file: every secret of the stack was written into that file."""
+    import pytest
+
+    from infra.tokens import with_tokens
+    from pipeline.errors import ConfigError
+
+    open_home = tmp_path / "open"
+    open_home.mkdir()
+    open_home.chmod(0o777)
+    with pytest.raises(ConfigError, match="writable by anyone"):
+        make_home(Settings(home=open_home))
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text("")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "tokens.json").symlink_to(theirs)
+    with pytest.raises(ConfigError, match="tokens.json"):
+        with_tokens(Settings(home=home))
+    assert theirs.read_text() == ""
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o700)
+    (loose / "tokens.json").write_text("{}")
+    (loose / "tokens.json").chmod(0o666)
+    with_tokens(Settings(home=loose))
+    assert (loose / "tokens.json").stat().st_mode & 0o077 == 0  # the owner's alone once it holds secrets
