@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import gevent
-from gevent.pywsgi import MAX_REQUEST_LINE
+from gevent.pywsgi import MAX_REQUEST_LINE, Input, headers_factory
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
 from infra.http_errors import error_body, error_response
@@ -32,6 +32,54 @@ from proxy.hot_redis import send_all
 class _SlowHead(ValueError):
     """A request's head did not arrive in time (a ValueError: gevent hands it, as any bad
     request, to ``_handle_client_error``)."""
+
+
+class _BadHead(ValueError):
+    """A head too large, or framed two ways (answered with ``status``)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+HEAD_MAX_BYTES = 64 * 1024  # all header lines together (http.client alone allows 100 x 64 kB)
+DRAIN_SECONDS, DRAIN_MAX_BYTES = 1.0, 1 << 20
+
+
+class _CappedLines:
+    """The request's header lines, ``HEAD_MAX_BYTES`` at most (http.client reads only ``readline``)."""
+
+    def __init__(self, fp: Any) -> None:
+        self.fp, self.left = fp, HEAD_MAX_BYTES
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self.fp.readline(min(limit, self.left + 1) if limit >= 0 else self.left + 1)
+        self.left -= len(line)
+        if self.left < 0:
+            raise _BadHead(431, f"the request's headers are longer than {HEAD_MAX_BYTES} bytes")
+        return line
+
+
+class _LeftUnread(Input):
+    """The request body, where what the app left unread (a 401 answered before a stranger's
+    body) is not read to its end -- a client trickling it would hold the connection as long as
+    it likes -- but drained for a moment (so the answer is not lost to a reset) and the
+    connection then closed."""
+
+    __slots__ = ("on_unread",)
+
+    def _discard(self) -> None:
+        done = self.chunk_length == 0 if self.chunked_input else self.position >= (self.content_length or 0)
+        if done or self._chunked_input_error:
+            return
+        self.on_unread()
+        budget = DRAIN_MAX_BYTES
+        with gevent.Timeout(DRAIN_SECONDS, False):
+            try:
+                while budget > 0 and (data := self.read(min(16384, budget))):
+                    budget -= len(data)
+            except Exception:  # noqa: BLE001 - a body the client got wrong: the connection closes anyway
+                pass
 
 
 class OneWriteHandler(PyWSGIHandler):
@@ -46,8 +94,14 @@ class OneWriteHandler(PyWSGIHandler):
         super().handle()
 
     def read_requestline(self) -> str:
-        """gevent's, with the head's deadline started at the request's first byte."""
-        if not self.rfile.peek(1):  # the client closed its connection
+        """gevent's, with the head's deadline started at the request's first byte (a new
+        connection's first byte due within that deadline too: a client opens one to send)."""
+        first = not getattr(self, "_served", False)
+        self._served = True
+        waiting = b""
+        with gevent.Timeout(self.head_seconds if first else None, False):
+            waiting = self.rfile.peek(1)
+        if not waiting:  # the client closed its connection, or sent nothing in time
             return ""
         self._head_timer = gevent.Timeout.start_new(
             self.head_seconds, _SlowHead(f"the request's headers did not arrive within {self.head_seconds:g} s"))
@@ -59,6 +113,28 @@ class OneWriteHandler(PyWSGIHandler):
             self._head_timer.close()
         return line
 
+    def MessageClass(self, fp: Any, *args: Any) -> Any:
+        """The headers, capped in size, and framed one way only: with both a Content-Length and
+        a Transfer-Encoding (or two different lengths), a front proxy may read the request's end
+        elsewhere than this server does (request smuggling)."""
+        headers = headers_factory(_CappedLines(fp), *args)
+        lengths = set(headers.get_all("content-length") or [])
+        if len(lengths) > 1 or (lengths and headers.get("transfer-encoding") is not None):
+            raise _BadHead(400, "the request's length is given twice (Content-Length with Transfer-Encoding, "
+                                "or two Content-Lengths)")
+        return headers
+
+    def get_environ(self) -> Any:
+        env = super().get_environ()
+        given = self.wsgi_input
+        body = _LeftUnread(given.rfile, given.content_length, socket=given.socket, chunked_input=given.chunked_input)
+        body.on_unread = self._close_after
+        self.wsgi_input = env["wsgi.input"] = body
+        return env
+
+    def _close_after(self) -> None:
+        self.close_connection = True
+
     def read_request(self, raw_requestline: str) -> Any:
         try:
             return super().read_request(raw_requestline)
@@ -69,12 +145,15 @@ class OneWriteHandler(PyWSGIHandler):
         if isinstance(ex, (_SlowHead, TimeoutError)):
             self.close_connection = True
             return "408", error_response(408, str(ex) or f"no request data for {self.idle_seconds:g} s")
+        if isinstance(ex, _BadHead):
+            self.close_connection = True
+            return str(ex.status), error_response(ex.status, str(ex))
         return super()._handle_client_error(ex)
 
     def handle_one_request(self) -> Any:
         """gevent's, with its answer to an unparseable request (an empty 400 or 414) in JSON."""
         result = super().handle_one_request()
-        if isinstance(result, tuple) and str(result[0]) in ("400", "414"):
+        if isinstance(result, tuple) and str(result[0]) in ("400", "414") and b"application/json" not in result[1]:
             code = int(result[0])
             why = ("the request line is longer than 8192 bytes" if code == 414
                    else "the request could not be parsed as HTTP/1.1")

@@ -225,6 +225,64 @@ def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
             sock.close()
 
 
+def _answer_and_close(sock, seconds: float = 12) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took."""
+    import time
+
+    sock.settimeout(seconds)
+    started, data = time.monotonic(), b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data, time.monotonic() - started
+
+
+@pytest.mark.parametrize("service, path", [("api", "/rollout/submit"), ("proxy", "/s/not-a-key/v1/chat/completions")])
+def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a_bloated_head(stack, service, path):
+    """After its 401/404 the server read the rest of a stranger's body to its end, however slowly
+    it came (each byte restarting the idle timer): a few thousand such connections stopped the
+    API and the proxy. A new connection that sends nothing was held for 75 s, a head could be
+    6 MB, and a request framed two ways was served (request smuggling behind a front proxy)."""
+    import json
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    where = (urlsplit(url).hostname, urlsplit(url).port)
+    with socket.create_connection(where) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 100000\r\n\r\n{\"a\": ".encode())
+        stop = threading.Event()
+
+        def trickle():  # one byte every 0.2 s, for as long as the server reads
+            while not stop.wait(0.2):
+                try:
+                    sock.sendall(b" ")
+                except OSError:
+                    return
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            data, took = _answer_and_close(sock)
+        finally:
+            stop.set()
+        assert data.split(b" ", 2)[1] in (b"401", b"404"), data[:200]
+        assert took < 8  # answered and closed after a short drain, not when the client tires
+    with socket.create_connection(where) as silent:  # a new connection that sends nothing
+        data, took = _answer_and_close(silent)
+        assert data == b"" and took < 10  # closed at the head deadline (3 s here), not after 75 s
+    with socket.create_connection(where) as big:
+        big.sendall("GET /health HTTP/1.1\r\nHost: x\r\n".encode() + b"X-Pad: " + b"a" * 60_000 + b"\r\n"
+                    + b"X-Pad2: " + b"a" * 10_000 + b"\r\n\r\n")
+        data, _ = _answer_and_close(big)
+        assert data.startswith(b"HTTP/1.1 431") and b"longer than 65536 bytes" in data, data[:300]
+    with socket.create_connection(where) as smuggler:
+        smuggler.sendall(b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        data, _ = _answer_and_close(smuggler)
+        assert data.startswith(b"HTTP/1.1 400") and data.count(b"HTTP/1.1") == 1, data[:300]
+        assert "given twice" in json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
+
+
 def test_a_malformed_chunked_body_is_answered_in_json_by_the_proxy(stack):
     import json
     import socket
