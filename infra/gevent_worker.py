@@ -109,6 +109,9 @@ class OneWriteHandler(PyWSGIHandler):
             line = super().read_requestline()
         except _SlowHead:
             return ""  # not even a request line: the connection just closes
+        except BaseException:  # (a reset): no deadline left to fire into this greenlet later
+            self._head_timer.close()
+            raise
         if not line or len(line) >= MAX_REQUEST_LINE:  # gevent answers it without read_request
             self._head_timer.close()
         return line
