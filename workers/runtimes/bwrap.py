@@ -70,17 +70,15 @@ class BwrapRuntime(LocalRuntime):
         is set inside the sandbox (``--clearenv``, ``--setenv``). The task's environment on the
         host process let a task PATH with a relative folder run a bwrap the agent wrote in its
         workspace, on the host, and LD_PRELOAD would load the agent's library there."""
-        inner = ["--clearenv", *(arg for key, value in env.items() for arg in ("--setenv", key, value))]
-        argv = self.argv(command, workdir)
-        cut = argv.index("--")
         host_env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8",
                     "POLAR_SESSION_DIR": str(self.root)}  # (the sweep knows a session's processes by it)
-        return [_bwrap(), *argv[1:cut], *inner, *argv[cut:]], host_env
+        return self.argv(command, workdir, env), host_env
 
     def reachable_url(self, url: str) -> str:
         return relay.relay_url(url) if self.isolated else url
 
-    def argv(self, command: str, workdir: Path) -> list[str]:
+    def argv(self, command: str, workdir: Path, env: dict[str, str] | None = None) -> list[str]:
+        """The sandboxed command; ``env``: its whole environment, set inside (else bwrap's own)."""
         root = str(self.root)
         # The service's folders are empty tmpfs in the sandbox; the session (and the tools, when
         # they live there) are bound back into them. No capabilities: a worker running as root
@@ -101,9 +99,10 @@ class BwrapRuntime(LocalRuntime):
         # this Python (a venv and the interpreter it was made from, e.g. under ~/.pyenv).
         needed = {str(Path(p).resolve()) for p in (self.tools_dir, sys.prefix, sys.base_prefix) if p}
         tools = [arg for p in sorted(needed) if any(_within(p, h) for h in hidden) for arg in ("--ro-bind", p, p)]
-        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+        setenv = [] if env is None else ["--clearenv", *(a for k, v in env.items() for a in ("--setenv", k, v))]
+        args = [_bwrap(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--cap-drop", "ALL", "--ro-bind", "/", "/", *masks, *tools, "--dev", "/dev", "--proc", "/proc",
-                "--bind", root, root, "--chdir", str(workdir)]
+                "--bind", root, root, "--chdir", str(workdir), *setenv]
         if not self.isolated:
             return [*args, "--", "bash", "-c", command]
         folder, name = relay.socket_folder(self.proxy_socket)
