@@ -86,6 +86,7 @@ class OneWriteHandler(PyWSGIHandler):
     head_seconds = 20.0
     idle_seconds = 75.0
     _head_timer: Any = None
+    _served = False  # (a handler serves one connection: set once its first request has begun)
 
     def handle(self) -> None:
         # Every read and write on this connection, the wait for a kept-alive connection's next
@@ -96,8 +97,7 @@ class OneWriteHandler(PyWSGIHandler):
     def read_requestline(self) -> str:
         """gevent's, with the head's deadline started at the request's first byte (a new
         connection's first byte due within that deadline too: a client opens one to send)."""
-        first = not getattr(self, "_served", False)
-        self._served = True
+        first, self._served = not self._served, True
         waiting = b""
         with gevent.Timeout(self.head_seconds if first else None, False):
             waiting = self.rfile.peek(1)
