@@ -61,6 +61,8 @@ def translate(exc: Exception) -> click.ClickException | None:
         return Unusable(f"cannot reach Redis ({exc}); is `polar up` running, or POLAR_REDIS_URL set?")
     if isinstance(exc, PolarError):  # the project's own "this input or setting is wrong"
         return Unusable(str(exc))
+    if isinstance(exc, OSError):  # a path given on the command line that cannot be used as asked
+        return Unusable(str(exc))
     return None
 
 

@@ -25,7 +25,7 @@ import click  # noqa: E402
 
 from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable  # noqa: E402
 from infra.cli.output import emit_json, json_option  # noqa: E402
-from infra.cli.params import SECONDS  # noqa: E402
+from infra.cli.params import ID, SECONDS  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.status import Stage  # noqa: E402
@@ -162,7 +162,7 @@ def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -
 @json_option
 def submit(file: Path, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Submit a TaskRequest JSON file (relative upload paths resolve against its folder)."""
-    from infra.cli.render import follow, task_summary
+    from infra.cli.render import FollowTimeout, follow, task_summary
     from pipeline.client import RolloutClient, load_task_file
 
     try:
@@ -178,7 +178,9 @@ def submit(file: Path, wait: bool, timeout: float | None, as_json: bool) -> None
         click.echo(task_id)
     try:
         status = follow(client, task_id, timeout=timeout, tables=not as_json)
-    except TimeoutError as exc:
+    except FollowTimeout as exc:
+        if as_json:  # the caller still learns the task id and how far it got, as JSON
+            emit_json({**task_summary(exc.last), "timed_out": True})
         raise BadOutcome(str(exc)) from exc
     if as_json:
         emit_json(task_summary(status))
@@ -187,7 +189,7 @@ def submit(file: Path, wait: bool, timeout: float | None, as_json: bool) -> None
 
 
 @cli.command()
-@click.argument("task_id", required=False)
+@click.argument("task_id", required=False, type=ID)
 @json_option
 def status(task_id: str | None, as_json: bool) -> None:
     """Pipeline status, or one task's sessions."""
@@ -204,7 +206,7 @@ def status(task_id: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
+@click.argument("task_id", type=ID)
 def cancel(task_id: str) -> None:
     """Cancel every unfinished session of a task (their runtimes are torn down)."""
     from pipeline.client import RolloutClient

@@ -64,6 +64,9 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
     if model_dir is None:
         make_home(settings)
         model_dir = build_tiny_model(settings.model_dir)
+    elif not (model_dir / "config.json").is_file():
+        # (checked here: the server would find out in its worker, as a traceback and gunicorn's exit 3)
+        raise Unusable(f"--model-dir {model_dir}: not a model folder (no config.json there)")
     parsed = {}
     for item in policies:
         name, sep, path = item.partition("=")

@@ -1,5 +1,5 @@
 """Option types shared by the commands: numbers that must be finite and in range (click's
-FloatRange lets NaN through: it compares false with every bound)."""
+FloatRange lets NaN through: it compares false with every bound), and ids that name something."""
 
 from __future__ import annotations
 
@@ -30,3 +30,19 @@ class FiniteFloat(click.ParamType):
 SECONDS = FiniteFloat(0, open_min=True)  # a time limit
 NON_NEGATIVE = FiniteFloat(0)
 SAMPLES = click.IntRange(min=1)
+
+
+class Identifier(click.ParamType):
+    """A task or session id: not blank (an empty id would ask the API for a path it does not have,
+    and its 404 would not say why)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("an id cannot be empty", param, ctx)
+        return text
+
+
+ID = Identifier()

@@ -16,10 +16,18 @@ from pipeline.schemas import TaskStatus
 STAGE_COLUMNS = ("queue", "init", "ready_wait", "run", "postrun", "evaluate", "total")
 
 
+class FollowTimeout(TimeoutError):
+    """The task did not end in time; ``last`` is its latest status."""
+
+    def __init__(self, message: str, last: TaskStatus) -> None:
+        super().__init__(message)
+        self.last = last
+
+
 def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
            poll_seconds: float = 0.5, tables: bool = True) -> TaskStatus:
     """Show a progress bar until the task ends, then (``tables``) the summary; returns the final
-    status. Raises TimeoutError after ``timeout`` seconds."""
+    status. Raises FollowTimeout after ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with progress() as bars:
         bar, away = None, False
@@ -28,7 +36,7 @@ def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
                 st = client.status(task_id, results=False)
             except Exception as exc:  # an API restart (or its Redis away) is waited out, not fatal
                 if not api_outage(exc) or (deadline is not None and time.monotonic() > deadline):
-                    raise
+                    raise  # (past the deadline, what was in the way says more than "not finished")
                 why = f"the API is unavailable ({type(exc).__name__}); polling on"
                 if bar is not None:
                     bars.update(bar, detail=why)
@@ -48,7 +56,8 @@ def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
             if st.status.is_terminal():
                 break
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"task {task_id} not finished after {timeout:g}s ({counts or 'no session done'})")
+                raise FollowTimeout(f"task {task_id} not finished after {timeout:g}s "
+                                    f"({counts or 'no session done'})", st)
             time.sleep(poll_seconds)
     if tables:
         print_task(st)

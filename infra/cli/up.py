@@ -128,7 +128,7 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
 @json_option
 def demo(samples: int, timeout: float, as_json: bool) -> None:
     """Start the stack, run the example agent on an example task, print what happened."""
-    from infra.cli.render import follow, task_summary
+    from infra.cli.render import FollowTimeout, follow, task_summary
     from infra.refserver import build_tiny_model
     from pipeline.client import RolloutClient, load_task_file
 
@@ -176,6 +176,9 @@ def demo(samples: int, timeout: float, as_json: bool) -> None:
         note("interrupted", as_json)
     except TimeoutError as exc:  # the task outlived --timeout: the outcome is bad, not the input
         note(f"error: {exc}", as_json)
+        last = exc.last if isinstance(exc, FollowTimeout) else None
+        summary = {"task": task_summary(last) if last is not None else None, "samples": samples, "ok": False,
+                   "timed_out": True}
     finally:
         stack.stop()
         note(f"demo wall time: {time.monotonic() - started:.1f}s", as_json)

@@ -10,14 +10,14 @@ import click
 
 from infra.cli.errors import Unusable
 from infra.cli.output import emit_json, json_option, progress
-from infra.cli.params import NON_NEGATIVE
+from infra.cli.params import ID, NON_NEGATIVE
 from infra.cli.state import client_settings
 from pipeline.settings import Settings
 
 
 @click.command(epilog="Exit 0 when every trainable token checks out, 1 on a violation (or an unscored trace), "
                       "2 when the task, the file or the engine cannot be read or reached.")
-@click.option("--task", "task_id", default=None, help="Verify this task's results (fetched from the API).")
+@click.option("--task", "task_id", default=None, type=ID, help="Verify this task's results (fetched from the API).")
 @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A SessionResult or TaskStatus as JSON (or a msgpack SessionResult), or a session's file "
                    "from POLAR_RESULTS_DIR.")

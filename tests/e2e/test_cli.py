@@ -92,6 +92,11 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert summary["counts"] == {"COMPLETED": 2} and len(summary["sessions"]) == 2
         assert summary["mean_stage_ms"]["run"] > 0 and summary["mean_stage_ms"]["total"] >= summary["mean_stage_ms"]["run"]
         assert task_id in sub.stderr  # the bar's final state
+        late = polar("submit", str(task_file), "--wait", "--timeout", "0.01", "--json", env=cli_env)
+        assert late.returncode == 1 and "not finished after" in late.stderr
+        late_summary = json.loads(late.stdout)  # a timed-out wait still says which task, and how far it got
+        assert late_summary["timed_out"] is True and late_summary["total_sessions"] == 2
+        assert polar("cancel", late_summary["task_id"], env=cli_env).returncode == 0
         human = polar("status", task_id, env=cli_env)
         assert "COMPLETED" in human.stdout and "mean time per stage" in human.stdout
         st = polar("status", task_id, "--json", env=cli_env)

@@ -189,6 +189,28 @@ def test_the_model_server_has_no_auth_so_an_open_bind_must_be_asked_for(env):
     assert out.exit_code == 2 and "--unauthenticated" in out.stderr
 
 
+def test_a_model_folder_that_is_not_one_is_refused_before_the_server_starts(env, tmp_path):
+    out = polar(env, "model", "serve", "--model-dir", str(tmp_path / "nonexistent"), "--port", "1")
+    assert out.exit_code == 2 and "no config.json" in out.stderr and "Traceback" not in out.output
+
+
+def test_a_build_folder_that_cannot_be_made_is_one_message(env, tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = polar(env, "model", "build", "--out", str(tmp_path / "file" / "model"))
+    assert out.exit_code == 2 and "file" in out.stderr and "Traceback" not in out.output
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "data.bin").write_text("keep")
+    out = polar(env, "model", "build", "--out", str(tmp_path / "theirs"))
+    assert out.exit_code == 2 and "refusing to replace" in out.stderr
+    assert (tmp_path / "theirs" / "data.bin").read_text() == "keep"
+
+
+@pytest.mark.parametrize("argv", [("status", ""), ("cancel", " "), ("verify", "--task", "")])
+def test_an_empty_id_is_a_usage_error_naming_it(env, argv):
+    out = polar(env, *argv)
+    assert out.exit_code == 2 and "an id cannot be empty" in out.stderr
+
+
 def test_the_proxy_socket_folder_must_be_this_users_own(tmp_path):
     """Under /tmp (a POLAR_HOME path too long for a Unix socket) another user could make the
     folder first and swap the socket for their own."""
