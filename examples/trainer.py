@@ -26,6 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infra.cli.errors import translate  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402  (a running `polar up`'s URLs and tokens)
 from pipeline.client import RolloutClient, load_task_file  # noqa: E402
 from pipeline.trainers import groups  # noqa: E402
@@ -108,4 +109,13 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # no stack, a refused payload: one line, the CLI's exit code, no traceback
+        known = translate(exc)
+        if known is None:
+            raise
+        print(f"error: {known.format_message()}", file=sys.stderr)
+        sys.exit(known.exit_code)
