@@ -102,7 +102,7 @@ class BwrapRuntime(LocalRuntime):
         setenv = [] if env is None else ["--clearenv", *(a for k, v in env.items() for a in ("--setenv", k, v))]
         args = [_bwrap(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--cap-drop", "ALL", "--ro-bind", "/", "/", *masks, *tools, "--dev", "/dev", "--proc", "/proc",
-                "--bind", root, root, "--chdir", str(workdir), *setenv]
+                *_proc_masks(), "--bind", root, root, "--chdir", str(workdir), *setenv]
         if not self.isolated:
             return [*args, "--", "bash", "-c", command]
         folder, name = relay.socket_folder(self.proxy_socket)
@@ -155,7 +155,22 @@ def _run_mask() -> list[str]:
 
 
 SHARED_TMP = ("/tmp", "/var/tmp")
+# The kernel's controls in the sandbox's fresh /proc, as container engines leave them: a sandbox
+# running as root (with no capabilities) could still write sysctls -- core_pattern runs a program
+# as root on the host at the next crash -- so those are read-only, and what leaks the host's
+# memory, keys or timers is hidden. (bwrap covers /proc/sys itself only when it finds it writable.)
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_HIDDEN_FILES = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+                     "/proc/timer_stats")
+PROC_HIDDEN_FOLDERS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+
+
+def _proc_masks() -> list[str]:
+    """Arguments after ``--proc /proc``, for what the host's /proc has (a missing target is an error)."""
+    args = [a for p in PROC_READ_ONLY if os.path.exists(p) for a in ("--ro-bind", p, p)]
+    args += [a for p in PROC_HIDDEN_FILES if os.path.exists(p) for a in ("--ro-bind", "/dev/null", p)]
+    return args + [a for p in PROC_HIDDEN_FOLDERS if os.path.isdir(p) for a in ("--tmpfs", p)]
 
 
 def _user_homes() -> list[str]:
