@@ -20,6 +20,7 @@ from typing import Any, Callable
 from pipeline.errors import ExecError, RuntimeStartError
 from workers.runtimes.base import ExecResult, RuntimeHost, create_in, open_logs, remove_in, tail_of, tools_folder
 from workers.runtimes.paths import host_path
+from workers.runtimes.upload import upload_into
 
 POLL_SECONDS = 0.1
 SUBDIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")  # of every session directory
@@ -161,7 +162,7 @@ class LocalRuntime:
     # --- files -------------------------------------------------------------------------------
 
     def upload(self, src: str, dst: str) -> None:
-        _copy(Path(src), host_path(self.root, self.workdir, dst))
+        upload_into(Path(src), self.root, host_path(self.root, self.workdir, dst))
 
     def download(self, src: str, dst: str) -> None:
         _copy(host_path(self.root, self.workdir, src), Path(dst))
