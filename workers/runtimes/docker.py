@@ -304,6 +304,9 @@ class DockerRuntime:
         with tarfile.open(fileobj=data) as tar, tempfile.TemporaryDirectory() as tmp:
             tar.extractall(tmp, filter=_links_stay_links)
             extracted = Path(tmp) / Path(stat["name"]).name
+            if extracted.is_symlink():  # Docker hands a link over as one (podman resolves it in the container):
+                # copied, it would be followed here -- to a file of the worker's host
+                raise ExecError(f"{src} in {self.name} is a symbolic link: not copied")
             target.parent.mkdir(parents=True, exist_ok=True)
             if extracted.is_dir():
                 shutil.copytree(extracted, target, dirs_exist_ok=True, symlinks=True)
