@@ -35,7 +35,9 @@ def test_init_never_runs_ahead_of_the_ready_buffer(client, stack):
 def test_callback_url_is_delivered_once_with_retries_and_signed(client, demo_task, stack):
     receiver = Receiver(script=[503])
     try:
-        demo_task.update(num_samples=2, callback_url=receiver.url)
+        # credentials in the URL (masked wherever the URL is shown) must not reach the worker's log either
+        secret_url = receiver.url.replace("http://", "http://hook:CBPASSWORD@") + "?token=CBQUERYSECRET"
+        demo_task.update(num_samples=2, callback_url=secret_url)
         task_id = client.submit(demo_task)
         client.wait(task_id, timeout=120, results=False)
         st = wait_for(lambda: (s := client.status(task_id)).callback and s.callback["state"] == "delivered" and s,
@@ -50,3 +52,7 @@ def test_callback_url_is_delivered_once_with_retries_and_signed(client, demo_tas
     assert hmac.compare_digest(headers["x-polar-signature"], want)
     sent = json.loads(body)
     assert sent["task_id"] == task_id and sent["status"] == "completed" and len(sent["results"]) == 2
+    assert headers["authorization"].startswith("Basic ")  # (the URL's credentials were used)
+    logs = b"".join(p.read_bytes() for p in stack.log_dir.glob("*.log"))
+    assert b"polar.callback.deliver" in logs and b"polar.stage.callback" in logs  # (the workers' logs are read)
+    assert b"CBPASSWORD" not in logs and b"CBQUERYSECRET" not in logs

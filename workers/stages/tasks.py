@@ -7,6 +7,7 @@ queue. Pools are chosen per stage when the worker starts (``infra.stack.STAGE_PO
 from __future__ import annotations
 
 import gc
+import logging
 
 from celery.signals import worker_process_init, worker_ready
 
@@ -17,6 +18,10 @@ from workers.stages.bodies import BODIES
 from workers.stages.common import deps, run_stage
 
 app = get_app()
+
+# httpx logs every request at INFO with its whole URL: a callback URL's user, password and query
+# token -- masked wherever the service shows the URL -- would be written to the worker's log.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _make_task(stage: Stage):
