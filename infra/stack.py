@@ -177,7 +177,9 @@ class Stack:
         env = {**os.environ, **self.settings.to_env(), "PYTHONUNBUFFERED": "1"}
         if self.settings.secret("flower_basic_auth"):
             env["FLOWER_BASIC_AUTH"] = self.settings.secret("flower_basic_auth") or ""
-        with open(log_path, "ab") as out:
+        # (never appended through a link in the log's place: the stack may run as root)
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", *args], env=env,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_die_with_parent)

@@ -34,10 +34,12 @@ def make_home(settings: Settings) -> Path:
         why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
         raise ConfigError(f"POLAR_HOME={settings.home} cannot hold this stack's files: {why}") from None
     # A folder someone else made (under /tmp, say) could hand them this stack's secrets, or
-    # plant their own tokens: it must be this user's, and not writable by others.
-    if info.st_uid != os.getuid() or info.st_mode & 0o002:
-        raise ConfigError(f"POLAR_HOME={settings.home} is another user's folder, or writable by anyone: it would "
-                          "hold this stack's secrets (use a folder of your own, e.g. the default ~/.polar)")
+    # plant their own tokens -- or a link where a log goes, appended to as this user: it must be
+    # this user's, and writable by no one else (its group neither).
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigError(f"POLAR_HOME={settings.home} is another user's folder, or writable by its group or by "
+                          "anyone: it would hold this stack's secrets (use a folder of your own, e.g. the default "
+                          f"~/.polar, or `chmod go-w {settings.home}`)")
     return settings.home
 
 

@@ -74,7 +74,10 @@ def test_a_home_anyone_may_write_or_a_link_in_place_of_tokens_json_gets_no_secre
     open_home = tmp_path / "open"
     open_home.mkdir()
     open_home.chmod(0o777)
-    with pytest.raises(ConfigError, match="writable by anyone"):
+    with pytest.raises(ConfigError, match="or by anyone"):
+        make_home(Settings(home=open_home))
+    open_home.chmod(0o770)  # its group's members could plant a link where a log is appended
+    with pytest.raises(ConfigError, match="writable by its group"):
         make_home(Settings(home=open_home))
     theirs = tmp_path / "theirs.json"
     theirs.write_text("")
