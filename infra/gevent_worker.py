@@ -57,6 +57,8 @@ class _CappedLines:
         self.left -= len(line)
         if self.left < 0:
             raise _BadHead(431, f"the request's headers are longer than {HEAD_MAX_BYTES} bytes")
+        if line[:1] in (b" ", b"\t"):  # obs-fold: a front proxy may read the folded line as its own header
+            raise _BadHead(400, "a header line is folded (continued on a line starting with whitespace)")
         return line
 
 
@@ -122,9 +124,19 @@ class OneWriteHandler(PyWSGIHandler):
         elsewhere than this server does (request smuggling)."""
         headers = headers_factory(_CappedLines(fp), *args)
         lengths = set(headers.get_all("content-length") or [])
-        if len(lengths) > 1 or (lengths and headers.get("transfer-encoding") is not None):
+        codings = [c.strip().lower() for v in headers.get_all("transfer-encoding") or [] for c in v.split(",")]
+        if len(lengths) > 1 or (lengths and codings):
             raise _BadHead(400, "the request's length is given twice (Content-Length with Transfer-Encoding, "
                                 "or two Content-Lengths)")
+        # What gevent would take loosely, and another parser would read differently: a length int()
+        # accepts ("+10", "1_0"), and a Transfer-Encoding other than exactly "chunked" (served as a
+        # request without a body, whose body was then parsed as the next request).
+        if lengths and not all(v.isascii() and v.isdigit() for v in lengths):
+            raise _BadHead(400, "the request's Content-Length is not a number of bytes")
+        if codings and codings != ["chunked"]:
+            if codings[-1] != "chunked":
+                raise _BadHead(400, "the request's Transfer-Encoding does not end with chunked")
+            raise _BadHead(501, "the only Transfer-Encoding accepted is chunked")
         return headers
 
     def get_environ(self) -> Any:

@@ -283,6 +283,40 @@ def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a
         assert "given twice" in json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
 
 
+@pytest.mark.parametrize("service", ["api", "proxy"])
+def test_a_request_framed_loosely_is_refused_not_read_two_ways(stack, service):
+    """A Transfer-Encoding other than exactly "chunked" was served as a request without a body,
+    and the body then parsed as the next request; a Content-Length int() takes ("+5", "0_5") and
+    a folded header line were accepted. Another parser in front (a load balancer) may read each
+    of these differently: each is refused, answered once, and the connection closed."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    where = (urlsplit(url).hostname, urlsplit(url).port)
+    chunked_body = b"5\r\nhello\r\n0\r\n\r\n"
+    inner = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    cases = [(b"Transfer-Encoding: gzip, chunked\r\n", chunked_body, b"501"),
+             (b"Transfer-Encoding: chunked, identity\r\n", chunked_body, b"400"),
+             (b"Transfer-Encoding: chunked;q=1\r\n", chunked_body, b"400"),
+             (b"Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n", chunked_body, b"501"),
+             (b"Content-Length: +5\r\n", b"hello", b"400"),
+             (b"Content-Length: 0_5\r\n", b"hello", b"400"),
+             (b"X-A: 1\r\n folded: yes\r\nContent-Length: 0\r\n", b"", b"400")]
+    for header, body, status in cases:
+        with socket.create_connection(where) as sock:
+            sock.sendall(b"POST /health HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n" + body + inner)
+            data, _ = _answer_and_close(sock)
+        assert data.startswith(b"HTTP/1.1 " + status) and data.count(b"HTTP/1.1 ") == 1, (header, data[:300])
+        assert json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
+    with socket.create_connection(where) as sock:  # plain chunked is still read as one request
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                     + chunked_body)
+        data, _ = _answer_and_close(sock)
+    assert data.count(b"HTTP/1.1 ") == 1 and data.startswith(b"HTTP/1.1 200"), data[:300]
+
+
 def test_a_malformed_chunked_body_is_answered_in_json_by_the_proxy(stack):
     import json
     import socket
