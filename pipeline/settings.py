@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # whatever a task's commands say, on the worker host as its user: whoever holds the API token
     # then runs code there. A stack taking tasks from others sets e.g. "docker,bwrap".
     allowed_runtime_backends: str | None = None
+    # The networks a session may get (comma-separated: "none" always; "host" is the worker's own,
+    # its loopback included; others are docker network names). Unset: any but "container:<name>",
+    # which joins another container's network -- another session's.
+    allowed_runtime_networks: str | None = None
     docker_host: str | None = None  # the docker (or podman) API socket; unset: DOCKER_HOST / the default
     # The proxy also listens here (when set); runtimes without a network reach it through it.
     proxy_socket: Path | None = None

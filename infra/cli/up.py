@@ -106,8 +106,10 @@ def up(flower_port: int | None, policies: tuple[str, ...], no_model: bool) -> No
                    "user:password, callback signing key; `polar` commands read it)")
         click.echo(f"  {'uploads from':13} {stack.settings.upload_roots} (POLAR_UPLOAD_ROOTS)")
         click.echo(f"  {'proxy socket':13} {stack.settings.proxy_socket} (runtimes without a network use it)")
+        allowed = stack.settings.allowed_runtime_backends
         click.echo(f"  {'runtime':13} {stack.settings.default_runtime_backend} by default "
-                   "(POLAR_DEFAULT_RUNTIME_BACKEND; a task may ask for another)")
+                   "(POLAR_DEFAULT_RUNTIME_BACKEND); a task may ask for "
+                   + (f"{allowed} (POLAR_ALLOWED_RUNTIME_BACKENDS)" if allowed is not None else "any backend"))
         click.echo("ready; a service that dies is restarted; Ctrl-C stops everything")
         while True:
             time.sleep(1.0)

@@ -229,7 +229,8 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         fields = [{"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
                   for e in exc.errors()]
         raise _invalid(fields) from None
-    problems = _limits(task, settings) + _plugins(task) + _uploads(task, settings) + _backend_allowed(task, settings)
+    problems = (_limits(task, settings) + _plugins(task) + _uploads(task, settings) + _backend_allowed(task, settings)
+                + _network_allowed(task, settings))
     why = refusal(task.callback_url, settings) if task.callback_url else None
     if why:
         problems.append({"field": "callback_url", "message": why})
@@ -246,6 +247,22 @@ def _backend_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, An
         return []
     return [{"field": "runtime.backend", "message": f"runtime backend {task.runtime.backend!r} is not allowed on this "
              f"stack; it allows {', '.join(allowed) or 'none'} (POLAR_ALLOWED_RUNTIME_BACKENDS)"}]
+
+
+def _network_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
+    network = task.runtime.effective_network()
+    if settings.allowed_runtime_networks is None:
+        if not network.startswith("container:"):
+            return []
+        why = "joins another container's network (another session's); list it in POLAR_ALLOWED_RUNTIME_NETWORKS"
+    else:
+        allowed = [n.strip() for n in settings.allowed_runtime_networks.split(",") if n.strip()]
+        if network == "none" or network in allowed:
+            return []
+        why = f"is not allowed on this stack; it allows none, {', '.join(allowed) or 'nothing else'} " \
+              "(POLAR_ALLOWED_RUNTIME_NETWORKS)"
+    field = "runtime.network" if task.runtime.network else "runtime.allow_internet"
+    return [{"field": field, "message": f"the session's network {network!r} {why}"}]
 
 
 def _limits(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:

@@ -185,6 +185,16 @@ class RuntimeSpec(_Spec):
         return self
 
 
+    def effective_network(self) -> str:
+        """The network the session gets: "none", "host" (the worker host's, its loopback with
+        it), or what ``network`` names for a backend that has networks of its own (docker)."""
+        if self.backend == "local":
+            return "host"
+        if self.backend in ("bwrap", "apptainer"):
+            return "none" if self.network == "none" or not self.allow_internet else "host"
+        return self.network or ("host" if self.allow_internet else "none")
+
+
 class ShellCommand(_Spec):
     """The ``shell`` harness: a command template; ``{{INSTRUCTION}}`` is replaced, shell-quoted."""
 

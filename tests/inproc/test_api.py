@@ -227,6 +227,35 @@ def test_the_operator_can_refuse_runtime_backends_the_default_one_included(r, re
     assert client.submit({**TASK, "runtime": {"backend": "bwrap"}})
 
 
+def test_the_operator_chooses_the_networks_sessions_may_get(r, redis_url, tmp_path):
+    """A task named any network: the worker's own (its loopback, where an engine without an API
+    key answers unrecorded) by default, or `container:<x>`, another session's. By default the
+    latter is refused; an operator lists what sessions may get ("none" always)."""
+    image = {"image": "polar-test:latest"}
+    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(
+        app=create_app(Settings(home=tmp_path, redis_url=redis_url))))
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "runtime": {"backend": "docker", **image, "network": "container:polar-sess-x"}})
+    (problem,) = info.value.body["error"]["fields"]
+    assert problem["field"] == "runtime.network" and "another session" in problem["message"]
+    assert client.submit({**TASK, "task_id": "t-host", "runtime": {"backend": "docker", **image}})  # host: unset allows it
+
+    strict = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=create_app(Settings(
+        home=tmp_path, redis_url=redis_url, allowed_runtime_networks="bridge"))))
+    for runtime, field in (({"backend": "docker", **image}, "runtime.allow_internet"),  # the default: host
+                           ({"backend": "bwrap"}, "runtime.allow_internet"),
+                           ({"backend": "docker", **image, "network": "other"}, "runtime.network"),
+                           ({"backend": "local"}, "runtime.allow_internet")):
+        with pytest.raises(RolloutError) as info:
+            strict.submit({**TASK, "runtime": runtime})
+        (problem,) = info.value.body["error"]["fields"]
+        assert problem["field"] == field and "POLAR_ALLOWED_RUNTIME_NETWORKS" in problem["message"], problem
+    for i, runtime in enumerate(({"backend": "docker", **image, "network": "bridge"},
+                                 {"backend": "docker", **image, "allow_internet": False},
+                                 {"backend": "bwrap", "network": "none"})):
+        assert strict.submit({**TASK, "task_id": f"t-net-{i}", "runtime": runtime})
+
+
 def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()

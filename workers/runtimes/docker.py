@@ -78,7 +78,7 @@ class DockerRuntime:
 
     @classmethod
     def create(cls, spec: RuntimeSpec, session_id: str, host: RuntimeHost) -> "DockerRuntime":
-        network = spec.network or ("host" if spec.allow_internet else "none")
+        network = spec.effective_network()
         if not spec.allow_internet and network != "none":
             raise RuntimeStartError(f"allow_internet false needs network 'none' (the proxy is reached through a "
                                     f"relay), not {network!r}")
