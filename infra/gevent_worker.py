@@ -14,11 +14,13 @@ connections trickling their headers took the proxy, and 16 the thread-pooled API
 service). So a connection whose reads or writes make no progress for ``idle_seconds`` is closed
 (a kept-alive connection left idle too), and a request's line and headers must all arrive within
 ``head_seconds`` of its first byte, or it is answered 408 (Settings.http_head_seconds,
-http_idle_seconds; set on the class by ``configure`` before gunicorn forks its workers).
+http_idle_seconds; set on the class by ``configure`` before gunicorn forks its workers). A body
+must then keep up BODY_MIN_RATE bytes a second after a grace of ``head_seconds``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gevent
@@ -44,6 +46,7 @@ class _BadHead(ValueError):
 
 HEAD_MAX_BYTES = 64 * 1024  # all header lines together (http.client alone allows 100 x 64 kB)
 DRAIN_SECONDS, DRAIN_MAX_BYTES = 1.0, 1 << 20
+BODY_MIN_RATE, BODY_READ_PIECE = 500, 64 * 1024  # bytes a second a body must keep up (as Apache's reqtimeout)
 
 
 class _CappedLines:
@@ -60,6 +63,44 @@ class _CappedLines:
         if line[:1] in (b" ", b"\t"):  # obs-fold: a front proxy may read the folded line as its own header
             raise _BadHead(400, "a header line is folded (continued on a line starting with whitespace)")
         return line
+
+
+class _SlowBody(TimeoutError):
+    """A request's body came slower than BODY_MIN_RATE."""
+
+
+class _PacedReader:
+    """The request body's reads, held to a pace: its bytes are due within ``grace`` seconds of
+    the head, plus one second per ``BODY_MIN_RATE`` bytes. The idle timeout alone let a client
+    send a byte a minute for as long as it liked (every byte restarting it), holding a connection
+    -- and what the app had read so far -- for hours. Reads take what has come, so a large body
+    on a slow but steady link earns its time as it arrives."""
+
+    def __init__(self, rfile: Any, grace: float) -> None:
+        self.rfile, self.grace, self.got = rfile, grace, 0
+        self.start = time.monotonic()
+
+    def _paced(self, reader: Any, size: int) -> bytes:
+        left = self.start + self.grace + self.got / BODY_MIN_RATE - time.monotonic()
+        slow = _SlowBody(f"the request's body came slower than {BODY_MIN_RATE} bytes a second")
+        if left <= 0:
+            raise slow
+        with gevent.Timeout(left, slow):
+            data: bytes = reader(size)
+        self.got += len(data)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return self._paced(self.rfile.read, -1)
+        parts, piece = [], getattr(self.rfile, "read1", self.rfile.read)  # read1: what has come, at once
+        while size > 0 and (data := self._paced(piece, min(size, BODY_READ_PIECE))):
+            parts.append(data)
+            size -= len(data)
+        return b"".join(parts)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._paced(self.rfile.readline, size)
 
 
 class _LeftUnread(Input):
@@ -142,7 +183,8 @@ class OneWriteHandler(PyWSGIHandler):
     def get_environ(self) -> Any:
         env = super().get_environ()
         given = self.wsgi_input
-        body = _LeftUnread(given.rfile, given.content_length, socket=given.socket, chunked_input=given.chunked_input)
+        body = _LeftUnread(_PacedReader(given.rfile, self.head_seconds), given.content_length, socket=given.socket,
+                           chunked_input=given.chunked_input)
         body.on_unread = self._close_after
         self.wsgi_input = env["wsgi.input"] = body
         return env

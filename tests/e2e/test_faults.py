@@ -283,6 +283,50 @@ def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a
         assert "given twice" in json.loads(data.partition(b"\r\n\r\n")[2])["error"]["message"]
 
 
+@pytest.mark.parametrize("service, path, auth", [
+    ("api", "/viewer/session", ""),  # the viewer's login: open to anyone, reads its body first
+    ("proxy", "/v1/chat/completions", "Authorization: Bearer sk-polar-" + "ab" * 16 + "-" + "0" * 48 + "\r\n")])
+def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, auth):
+    """A body the app reads before it can refuse the caller (a login; a proxy call whose key is
+    merely well-formed) could come a byte a minute, each byte restarting the idle timer: a probe
+    held connections for hours. A body is due at 500 bytes a second after a grace (3 s here)."""
+    import json
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    where = (urlsplit(url).hostname, urlsplit(url).port)
+    with socket.create_connection(where) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
+                     "Content-Length: 3000\r\n\r\n{\"token\": \"".encode())
+        stop = threading.Event()
+
+        def trickle():  # a byte every 0.2 s: never idle, never done
+            while not stop.wait(0.2):
+                try:
+                    sock.sendall(b"a")
+                except OSError:
+                    return
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            data, took = _answer_and_close(sock, seconds=20)
+        finally:
+            stop.set()
+    assert took < 12, took  # the grace and a little, not as long as the client likes
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") or head.startswith(b"HTTP/1.1 400"), data[:300]
+    assert json.loads(body)["error"]["message"]
+    with socket.create_connection(where) as steady:  # a body that keeps the pace is read whole
+        steady.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
+                       "Content-Length: 3000\r\nConnection: close\r\n\r\n".encode())
+        for _ in range(6):
+            steady.sendall(b" " * 500)
+            threading.Event().wait(0.8)
+        data, _ = _answer_and_close(steady, seconds=20)
+    assert not data.startswith(b"HTTP/1.1 408"), data[:300]
+
+
 @pytest.mark.parametrize("service", ["api", "proxy"])
 def test_a_request_framed_loosely_is_refused_not_read_two_ways(stack, service):
     """A Transfer-Encoding other than exactly "chunked" was served as a request without a body,

@@ -181,6 +181,9 @@ def test_login_cookie_is_derived_scoped_and_opens_only_the_viewers_reads(finishe
     for bad in (b"{", b'{"token": 5}', b"[]"):
         resp = anonymous.post("/viewer/session", data=bad, content_type="application/json")
         assert resp.status_code == 400 and resp.get_json()["error"]["type"] == "invalid_request"
+    # open to anyone, so a login body is small: 15 MB from strangers had grown the API by 15 MB a connection
+    big = anonymous.post("/viewer/session", data=b'{"token": "' + b"a" * 10_000 + b'"}', content_type="application/json")
+    assert big.status_code == 413 and big.get_json()["error"]["message"]
 
     client, resp = logged_in(api)
     cookie = resp.headers["Set-Cookie"]

@@ -39,6 +39,7 @@ from pipeline.stores import Stores
 STATIC = Path(__file__).with_name("static")
 STATIC_FILES = {"viewer.js": "text/javascript", "viewer.css": "text/css"}  # nothing else is served
 DATA_PREFIX = "/viewer/api/"
+LOGIN_MAX_BYTES = 4096  # a login body: the API token, as JSON or a form
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
 
@@ -87,6 +88,8 @@ def register(app: Flask, settings: Settings, stores: Stores, sources: SessionSou
     def viewer_login() -> Response:
         if token is None:
             return _json({"authenticated": True, "token_required": False})
+        # (open to anyone: a small body, not the 16 MB a task may have, read before the check)
+        request.max_content_length = LOGIN_MAX_BYTES
         given = _login_token(request.get_data(cache=False))
         if not same_secret(given, token):
             raise ApiError(401, "unauthorized", "wrong API token")
