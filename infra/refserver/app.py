@@ -73,6 +73,8 @@ def parse_chat_output(text: str, parse_tools: bool) -> tuple[str | None, str | N
 
 # ------------------------------------------------------------------ the app
 
+MAX_REQUEST_BYTES = 64 * 2**20
+
 def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
                policies: dict[str, ScriptedPolicy] | None = None, default_max_tokens: int = 256,
                dialect: str = "vllm", generate_policy: str | None = None) -> Flask:
@@ -85,6 +87,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
     if generate_policy and generate_policy not in policies:
         raise ValueError(f"generate_policy {generate_policy!r} is not one of the policies")
     app = Flask("refserver")
+    # (a body the proxy would never send: its own limit is POLAR_MAX_REQUEST_BYTES, 64 MB)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     created = int(time.time())
 
     def resolve_model(body: dict) -> tuple[str, ScriptedPolicy | None]:

@@ -143,3 +143,12 @@ def test_never_500_on_junk_messages(client, messages, tools, path):
     body = {"messages": messages, "max_tokens": 2, **({"tools": tools} if tools else {})}
     r = post(client, path, body)
     assert r.status_code < 500, r.get_data(as_text=True)
+
+
+def test_a_body_over_the_limit_is_413_in_the_engines_format(client):
+    """The reference server read any body whole: a client on the engine's port could grow it at will."""
+    from infra.refserver.app import MAX_REQUEST_BYTES
+
+    r = client.post("/v1/chat/completions", data=b" " * (MAX_REQUEST_BYTES + 1), content_type="application/json")
+    err = check_error(r, 413)
+    assert err["type"] == "RequestEntityTooLargeError"
