@@ -6,6 +6,8 @@ backlog matters most -- vanishes from the Broker page and from ``/api/queues/len
 declared stage queues are always listed beside whatever the workers consume. Flower 2.2 also
 serves ``/metrics`` (worker names, task names and counts) to anyone, whatever its auth: here it
 asks for the same credentials as every other page (a Prometheus scrape gives ``basic_auth``).
+Credentials with a non-ASCII character made Flower's check fail with a 500 (``hmac.compare_digest``
+takes ASCII strings only): they are a 401 like any other wrong ones.
 Task events: workers start without them (they cost CPU per task); Flower's own ``enable_events``
 (on by default) turns them on in every worker it sees within seconds of starting.
 """
@@ -16,9 +18,10 @@ from typing import Any
 
 
 def patch_flower() -> None:
-    """Apply both changes (``polar flower`` calls this before starting Flower)."""
+    """Apply the changes (``polar flower`` calls this before starting Flower)."""
     list_every_declared_queue()
     authenticate_metrics()
+    refuse_non_ascii_credentials()
 
 
 def list_every_declared_queue() -> None:
@@ -47,3 +50,22 @@ def authenticate_metrics() -> None:
     get = web.authenticated(Metrics.get)
     get.polar = True  # type: ignore[attr-defined]
     Metrics.get = get  # type: ignore[method-assign]
+
+
+def refuse_non_ascii_credentials() -> None:
+    """Flower's ``get_current_user``, answering 401 where its comparison raised a TypeError."""
+    from flower.views import BaseHandler
+    from tornado import web
+
+    original = BaseHandler.get_current_user
+    if getattr(original, "polar", False):
+        return
+
+    def get_current_user(self: Any) -> Any:
+        try:
+            return original(self)
+        except TypeError:  # "comparing strings with non-ASCII characters is not supported"
+            raise web.HTTPError(401) from None
+
+    get_current_user.polar = True  # type: ignore[attr-defined]
+    BaseHandler.get_current_user = get_current_user  # type: ignore[method-assign]

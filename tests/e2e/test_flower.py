@@ -48,6 +48,7 @@ def test_a_stage_queue_without_a_worker_is_still_listed_with_its_backlog(tmp_pat
             assert httpx.get(f"{base}/api/queues/length", timeout=10).status_code == 401
             assert httpx.get(f"{base}/metrics", timeout=10).status_code == 401  # Flower's own serves anyone
             assert httpx.get(f"{base}/metrics", timeout=10, auth=("polar", "wrong")).status_code == 401
+            assert httpx.get(f"{base}/api/queues/length", timeout=10, auth=("polar", "s3cret-flöwer")).status_code == 401
             metrics = http.get(f"{base}/metrics")
             assert metrics.status_code == 200 and "flower_worker_online" in metrics.text, metrics.text[:300]
             lengths = {q["name"]: q["messages"] for q in http.get(f"{base}/api/queues/length").json()["active_queues"]}
