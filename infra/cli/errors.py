@@ -21,7 +21,8 @@ Exit codes:
        a doctor failure, a benchmark goal missed
   2    usage or configuration error, bad input (a payload the API refuses), or a service
        it needs unreachable (no running stack)
-  130  interrupted (Ctrl-C); `polar up` stopped by Ctrl-C exits 0 after a clean shutdown
+  130  interrupted (Ctrl-C); `polar up` and the servers (api, proxy, worker, flower,
+       model serve) stopped by Ctrl-C exit 0 after a clean shutdown
 """
 
 
