@@ -47,6 +47,7 @@ class _BadHead(ValueError):
 HEAD_MAX_BYTES = 64 * 1024  # all header lines together (http.client alone allows 100 x 64 kB)
 DRAIN_SECONDS, DRAIN_MAX_BYTES = 1.0, 1 << 20
 BODY_MIN_RATE, BODY_READ_PIECE = 500, 64 * 1024  # bytes a second a body must keep up (as Apache's reqtimeout)
+FRAMING_MAX_BYTES = 64 * 1024  # a chunked body's size lines, extensions and trailers, together
 
 
 class _CappedLines:
@@ -69,6 +70,10 @@ class _SlowBody(TimeoutError):
     """A request's body came slower than BODY_MIN_RATE."""
 
 
+class _BadBody(ValueError):
+    """A chunked body framed beyond bounds (a 400 from the app's read, and the connection closes)."""
+
+
 class _PacedReader:
     """The request body's reads, held to a pace: its bytes are due within ``grace`` seconds of
     the head, plus one second per ``BODY_MIN_RATE`` bytes. The idle timeout alone let a client
@@ -76,21 +81,24 @@ class _PacedReader:
     -- and what the app had read so far -- for hours. Reads take what has come, so a large body
     on a slow but steady link earns its time as it arrives."""
 
-    def __init__(self, rfile: Any, grace: float) -> None:
-        self.rfile, self.grace, self.got = rfile, grace, 0
+    def __init__(self, rfile: Any, grace: float, chunked: bool) -> None:
+        self.rfile, self.grace, self.got, self.chunked, self.framing = rfile, grace, 0, chunked, 0
         self.start = time.monotonic()
 
-    def _paced(self, reader: Any, size: int) -> bytes:
+    def _paced(self, reader: Any, size: int, earns: bool = True) -> bytes:
         left = self.start + self.grace + self.got / BODY_MIN_RATE - time.monotonic()
         slow = _SlowBody(f"the request's body came slower than {BODY_MIN_RATE} bytes a second")
         if left <= 0:
             raise slow
         with gevent.Timeout(left, slow):
             data: bytes = reader(size)
-        self.got += len(data)
+        if earns:
+            self.got += len(data)
         return data
 
     def read(self, size: int = -1) -> bytes:
+        if self.chunked and size == 1:  # gevent reads a chunk's size and extensions a byte at a time
+            return self._framing(self.rfile.read, 1)
         if size is None or size < 0:
             return self._paced(self.rfile.read, -1)
         parts, piece = [], getattr(self.rfile, "read1", self.rfile.read)  # read1: what has come, at once
@@ -100,7 +108,21 @@ class _PacedReader:
         return b"".join(parts)
 
     def readline(self, size: int = -1) -> bytes:
-        return self._paced(self.rfile.readline, size)
+        if not self.chunked:
+            return self._paced(self.rfile.readline, size)
+        return self._framing(self.rfile.readline, min(size, FRAMING_MAX_BYTES) if size >= 0 else FRAMING_MAX_BYTES)
+
+    def _framing(self, reader: Any, size: int) -> bytes:
+        """A chunked body's framing (chunk sizes, their extensions, trailers), which gevent reads
+        and drops itself: it earns no time, and it may not outgrow the data by more than
+        FRAMING_MAX_BYTES (extensions or trailers sent at pace held a connection for ever, and
+        never counted against the app's body limit)."""
+        data = self._paced(reader, size, earns=False)
+        self.framing += len(data)
+        if self.framing > FRAMING_MAX_BYTES + self.got:
+            raise _BadBody(f"the request's chunk framing (sizes, extensions, trailers) outgrew its data by more "
+                           f"than {FRAMING_MAX_BYTES} bytes")
+        return data
 
 
 class _LeftUnread(Input):
@@ -112,8 +134,11 @@ class _LeftUnread(Input):
     __slots__ = ("on_unread",)
 
     def _discard(self) -> None:
+        if self._chunked_input_error:  # the body's framing is unknown: what follows is not a request
+            self.on_unread()
+            return
         done = self.chunk_length == 0 if self.chunked_input else self.position >= (self.content_length or 0)
-        if done or self._chunked_input_error:
+        if done:
             return
         self.on_unread()
         budget = DRAIN_MAX_BYTES
@@ -183,8 +208,8 @@ class OneWriteHandler(PyWSGIHandler):
     def get_environ(self) -> Any:
         env = super().get_environ()
         given = self.wsgi_input
-        body = _LeftUnread(_PacedReader(given.rfile, self.head_seconds), given.content_length, socket=given.socket,
-                           chunked_input=given.chunked_input)
+        body = _LeftUnread(_PacedReader(given.rfile, self.head_seconds, bool(given.chunked_input)),
+                           given.content_length, socket=given.socket, chunked_input=given.chunked_input)
         body.on_unread = self._close_after
         self.wsgi_input = env["wsgi.input"] = body
         return env

@@ -328,6 +328,47 @@ def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, 
 
 
 @pytest.mark.parametrize("service", ["api", "proxy"])
+def test_a_chunked_bodys_framing_earns_no_time_and_a_broken_one_ends_the_connection(stack, service):
+    """gevent reads a chunked body's extensions and trailers itself and drops them: sent at
+    600 bytes a second they met the pace and never counted against the app's limit (a probe held
+    the open login for ever). And after a malformed chunked body the connection stayed open, its
+    rest served as a new request (smuggling)."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    path = {"api": "/viewer/session", "proxy": "/v1/chat/completions"}[service]
+    auth = "" if service == "api" else "Authorization: Bearer sk-polar-" + "ab" * 16 + "-" + "0" * 48 + "\r\n"
+    where = (urlsplit(url).hostname, urlsplit(url).port)
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
+            "Transfer-Encoding: chunked\r\n\r\n").encode()
+    for first, each in ((b"1\r\n{\r\n0\r\n", b"X-a: " + b"b" * 600 + b"\r\n"),  # trailers, one a second
+                        (b"", b"1;" + b"e" * 600 + b"\r\n \r\n")):  # one-byte chunks with long extensions
+        with socket.create_connection(where) as sock:
+            sock.sendall(head + first)
+            stop = threading.Event()
+
+            def pace(sock=sock, each=each, stop=stop):
+                while not stop.wait(1.0):
+                    try:
+                        sock.sendall(each)
+                    except OSError:
+                        return
+            threading.Thread(target=pace, daemon=True).start()
+            try:
+                data, took = _answer_and_close(sock, seconds=30)
+            finally:
+                stop.set()
+        assert took < 15 and data.startswith(b"HTTP/1.1 4"), (each[:10], took, data[:200])
+    hidden = b"GET /smuggled-path HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(where) as sock:  # a bare LF after the chunk size: malformed
+        sock.sendall(head + b"%x\n" % len(hidden) + hidden + b"\r\n0\r\n\r\n")
+        data, _ = _answer_and_close(sock)
+    assert data.startswith(b"HTTP/1.1 4") and data.count(b"HTTP/1.1 ") == 1, data[:400]
+
+
+@pytest.mark.parametrize("service", ["api", "proxy"])
 def test_a_request_framed_loosely_is_refused_not_read_two_ways(stack, service):
     """A Transfer-Encoding other than exactly "chunked" was served as a request without a body,
     and the body then parsed as the next request; a Content-Length int() takes ("+5", "0_5") and
