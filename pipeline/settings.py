@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     # then runs code there. A stack taking tasks from others sets e.g. "docker,bwrap".
     allowed_runtime_backends: str | None = None
     # The networks a session may get (comma-separated: "none" always; "host" is the worker's own,
-    # its loopback included; others are docker network names). Unset: any but "container:<name>",
-    # which joins another container's network -- another session's.
+    # its loopback included; others are docker network names). Unset: any network by name, not a
+    # mode like "container:<name>" or "ns:<path>", which joins another container's -- another session's.
     allowed_runtime_networks: str | None = None
     docker_host: str | None = None  # the docker (or podman) API socket; unset: DOCKER_HOST / the default
     # The proxy also listens here (when set); runtimes without a network reach it through it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import httpx
@@ -249,12 +250,18 @@ def _backend_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, An
              f"stack; it allows {', '.join(allowed) or 'none'} (POLAR_ALLOWED_RUNTIME_BACKENDS)"}]
 
 
+# A network by name (none, host, bridge, a docker network): not an engine's mode with an argument
+# (container:<name>, ns:<path>, ...), whatever its case or spacing.
+PLAIN_NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def _network_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
     network = task.runtime.effective_network()
     if settings.allowed_runtime_networks is None:
-        if not network.startswith("container:"):
+        if PLAIN_NETWORK.fullmatch(network):
             return []
-        why = "joins another container's network (another session's); list it in POLAR_ALLOWED_RUNTIME_NETWORKS"
+        why = ("is not a network's name: a mode like container:<name> or ns:<path> joins another container's "
+               "network (another session's); list it in POLAR_ALLOWED_RUNTIME_NETWORKS to allow it")
     else:
         allowed = [n.strip() for n in settings.allowed_runtime_networks.split(",") if n.strip()]
         if network == "none" or network in allowed:

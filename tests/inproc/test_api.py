@@ -234,10 +234,12 @@ def test_the_operator_chooses_the_networks_sessions_may_get(r, redis_url, tmp_pa
     image = {"image": "polar-test:latest"}
     client = RolloutClient("http://api.test", transport=httpx.WSGITransport(
         app=create_app(Settings(home=tmp_path, redis_url=redis_url))))
-    with pytest.raises(RolloutError) as info:
-        client.submit({**TASK, "runtime": {"backend": "docker", **image, "network": "container:polar-sess-x"}})
-    (problem,) = info.value.body["error"]["fields"]
-    assert problem["field"] == "runtime.network" and "another session" in problem["message"]
+    for mode in ("container:polar-sess-x", "Container:polar-sess-x", " container:x", "ns:/proc/6000/ns/net",
+                 "NS:/proc/1/ns/net", "bridge "):
+        with pytest.raises(RolloutError) as info:
+            client.submit({**TASK, "runtime": {"backend": "docker", **image, "network": mode}})
+        (problem,) = info.value.body["error"]["fields"]
+        assert problem["field"] == "runtime.network" and "another session" in problem["message"], mode
     assert client.submit({**TASK, "task_id": "t-host", "runtime": {"backend": "docker", **image}})  # host: unset allows it
 
     strict = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=create_app(Settings(
