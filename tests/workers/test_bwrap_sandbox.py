@@ -144,3 +144,31 @@ def test_the_bwrap_sandbox_cannot_change_the_kernels_settings(bwrap_available, t
         assert open("/proc/sys/kernel/core_pattern").read() == before
     finally:
         rt.stop()
+
+
+def test_the_bwrap_sandbox_does_not_see_the_hosts_container_engine_or_data_services(bwrap_available, tmp_path):
+    """A container engine's storage holds every container's files and the environment of each
+    command it ran in one: a probe's bwrap session read a docker session's live proxy key there.
+    That storage (the configured one too), data services' folders and the host's logs are hidden."""
+    import uuid
+
+    from workers.runtimes import bwrap
+
+    marker = f"/var/lib/containers/polar-test-{uuid.uuid4().hex[:8]}"  # (the engine's own folders are left alone)
+    os.makedirs(marker)
+    try:
+        with open(f"{marker}/exec-process", "w") as f:
+            f.write("OPENAI_BASE_URL=http://host/s/sk-polar-other-session/v1")
+        rt = runtimes.create(RuntimeSpec(backend="bwrap"), "sess-state", RuntimeHost(root=tmp_path / "sessions"))
+        rt.start()
+        try:
+            res = rt.exec(f"cat {marker}/exec-process; ls /var/lib/containers /var/log | wc -l; "
+                          f"{sys.executable} -c 'print(6 * 7)'")
+            assert "sk-polar-other" not in res.stdout and "42" in res.stdout, res.stdout + res.stderr
+            assert res.stdout.splitlines()[0].strip() in ("0", "3")  # (ls's two headers and a blank line at most)
+        finally:
+            rt.stop()
+        assert "/var/lib/containers" in bwrap._host_state()
+    finally:
+        os.remove(f"{marker}/exec-process")
+        os.rmdir(marker)

@@ -16,9 +16,11 @@ environment is set inside (``launch``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +88,11 @@ class BwrapRuntime(LocalRuntime):
         # The sandbox runs as the worker's user (root, on many hosts): what that user owns is also
         # hidden -- its home folders, the settings' .env, the password hashes.
         # The shared temporary folders too: other stacks' homes, the worker's grading folders,
-        # anything a host process left there (the session has its own TMPDIR).
-        hidden = _outermost([*self.hidden, *_user_homes(), *(t for t in SHARED_TMP if os.path.isdir(t))])
+        # anything a host process left there (the session has its own TMPDIR). And the host's
+        # services' state: a container engine's storage holds every container's files and the
+        # environment of its commands (a docker session's proxy key), a database's its data.
+        hidden = _outermost([*self.hidden, *_user_homes(), *(t for t in SHARED_TMP if os.path.isdir(t)),
+                             *_host_state()])
         masks = [arg for folder in hidden for arg in ("--tmpfs", folder)]
         # A read-only bind does not stop connect(): the host's sockets (a container engine's API,
         # the system bus) would hand the sandbox the host. /run goes (the resolver's folder stays),
@@ -164,6 +169,9 @@ PROC_HIDDEN_FILES = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sch
                      "/proc/timer_stats")
 PROC_HIDDEN_FOLDERS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+HOST_STATE = ("/var/lib/containers", "/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet", "/var/lib/cni",
+              "/var/lib/redis", "/var/lib/valkey", "/var/lib/postgresql", "/var/lib/mysql", "/var/lib/mongodb",
+              "/var/lib/rabbitmq", "/var/log")
 
 
 def _proc_masks() -> list[str]:
@@ -171,6 +179,25 @@ def _proc_masks() -> list[str]:
     args = [a for p in PROC_READ_ONLY if os.path.exists(p) for a in ("--ro-bind", p, p)]
     args += [a for p in PROC_HIDDEN_FILES if os.path.exists(p) for a in ("--ro-bind", "/dev/null", p)]
     return args + [a for p in PROC_HIDDEN_FOLDERS if os.path.isdir(p) for a in ("--tmpfs", p)]
+
+
+def _host_state() -> list[str]:
+    """Where the host's container engines and data services keep their state (the engines'
+    configured storage included), and its logs: the folders of these that exist."""
+    found = list(HOST_STATE)
+    try:  # podman / buildah / cri-o: [storage] graphroot, runroot
+        with open("/etc/containers/storage.conf", "rb") as f:
+            storage = tomllib.load(f).get("storage") or {}
+        found += [v for k in ("graphroot", "runroot") if isinstance(v := storage.get(k), str)]
+    except (OSError, ValueError):
+        pass
+    try:  # docker: data-root
+        with open("/etc/docker/daemon.json") as f:
+            root = json.load(f).get("data-root")
+        found += [root] if isinstance(root, str) else []
+    except (OSError, ValueError, AttributeError):
+        pass
+    return [p for p in found if os.path.isabs(p) and os.path.isdir(p) and p != "/"]
 
 
 def _user_homes() -> list[str]:
