@@ -40,7 +40,28 @@ def make_home(settings: Settings) -> Path:
         raise ConfigError(f"POLAR_HOME={settings.home} is another user's folder, or writable by its group or by "
                           "anyone: it would hold this stack's secrets (use a folder of your own, e.g. the default "
                           f"~/.polar, or `chmod go-w {settings.home}`)")
+    # Nor may anyone else be able to put another folder in its place: a link to it of another
+    # user's (they can point it elsewhere later), or a folder on the way that another user owns,
+    # or may write in without the sticky bit (/tmp has it), would let them move it.
+    why = _replaceable(settings.home)
+    if why:
+        raise ConfigError(f"POLAR_HOME={settings.home}: {why}, so another user could swap the folder that holds "
+                          "this stack's secrets (use a folder of your own, e.g. the default ~/.polar)")
     return settings.home
+
+
+def _replaceable(home: Path) -> str | None:
+    """Why another user could replace ``home`` (or a folder on its way) by one of theirs; None: no one can."""
+    me = os.getuid()
+    for path in [home.absolute(), *home.absolute().parents, *home.resolve().parents]:
+        info = path.lstat()
+        if info.st_uid not in (me, 0):
+            return f"{path} is another user's"
+        if path.is_symlink():
+            continue  # (a link's own mode means nothing; its owner is checked above)
+        if path != home.absolute() and info.st_mode & 0o022 and not info.st_mode & 0o1000:
+            return f"{path} is writable by others and not sticky"
+    return None
 
 
 def tokens_file(settings: Settings) -> Path:

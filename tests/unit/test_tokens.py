@@ -93,3 +93,31 @@ def test_a_home_anyone_may_write_or_a_link_in_place_of_tokens_json_gets_no_secre
     (loose / "tokens.json").chmod(0o666)
     with_tokens(Settings(home=loose))
     assert (loose / "tokens.json").stat().st_mode & 0o077 == 0  # the owner's alone once it holds secrets
+
+
+def test_a_home_another_user_could_swap_is_refused(tmp_path):
+    """A link of another user's as POLAR_HOME (they can point it elsewhere later), or a folder on
+    its way anyone may write in without the sticky bit: the home was accepted, and what the
+    stack wrote later could go to a folder of theirs."""
+    import os
+
+    import pytest
+
+    from pipeline.errors import ConfigError
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    open_parent = tmp_path / "open"
+    open_parent.mkdir()
+    open_parent.chmod(0o777)  # no sticky bit: anyone may rename what is in it
+    with pytest.raises(ConfigError, match="writable by others and not sticky"):
+        make_home(Settings(home=open_parent / "home"))
+    open_parent.chmod(0o1777)  # as /tmp: only the owner may rename its entries
+    make_home(Settings(home=open_parent / "home"))
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    make_home(Settings(home=link))  # a link of one's own is fine
+    if os.getuid() == 0:  # (only root can give a link to another user)
+        os.lchown(link, 65534, 65534)
+        with pytest.raises(ConfigError, match="another user's"):
+            make_home(Settings(home=link))
