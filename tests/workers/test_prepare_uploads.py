@@ -99,3 +99,20 @@ def test_a_file_onto_a_folder_goes_into_it_and_an_upload_replaces_a_hard_link(rt
     os.link(outside, rt.root / "workspace" / "in" / "one.txt")
     upload(rt, src, "upload_file", None)
     assert outside.read_text() == "HOST" and (rt.root / "workspace" / "in" / "one.txt").read_text() == "new"
+
+
+def test_a_named_pipe_in_the_upload_is_an_error_not_a_hang(rt, tmp_path):
+    import shutil
+    import threading
+
+    src = tmp_path / "data" / "repo"
+    src.mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    os.mkfifo(src / "pipe")
+    failed = []
+    worker = threading.Thread(target=lambda: failed.append(pytest.raises(
+        (StepFailed, shutil.SpecialFileError), upload, rt, src, "upload_dir", None)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the upload blocked on a named pipe"
+    assert failed

@@ -77,8 +77,10 @@ def _place(src: Path, parent: int, name: str, *, top: bool = False) -> None:
         finally:
             os.close(fd)
     else:
-        _clear(parent, name)
         st = src.stat()
+        if not stat.S_ISREG(st.st_mode):  # a named pipe would block the worker's open, a device never end
+            raise shutil.SpecialFileError(f"{src} is not a regular file (a named pipe, a socket or a device)")
+        _clear(parent, name)
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      stat.S_IMODE(st.st_mode), dir_fd=parent)
         with open(src, "rb") as source, os.fdopen(fd, "wb") as out:
