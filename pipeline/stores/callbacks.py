@@ -44,12 +44,13 @@ class CallbackOutbox:
         created = pipe.execute()[0]
         return bool(created)
 
-    def claim(self, task_id: str, lease_seconds: float) -> tuple[str, int | str]:
+    def claim(self, task_id: str, lease_seconds: float, max_attempts: int) -> tuple[str, int | str]:
         """('go', attempt number) when this caller should POST now; ('done', state) when the
-        delivery has ended; ('busy', '') while another attempt is in progress."""
+        delivery has ended (``max_attempts`` made: it ends now, failed); ('busy', '') while
+        another attempt is in progress."""
         verdict, value = self._claim(
             keys=[keys.task_callback(task_id), keys.task_callback_lease(task_id), keys.CALLBACKS_DUE],
-            args=[task_id, int(lease_seconds * 1000), repr(time.time())])
+            args=[task_id, int(lease_seconds * 1000), repr(time.time()), max_attempts])
         verdict = text(verdict)
         return verdict, int(value) if verdict == "go" else text(value)
 

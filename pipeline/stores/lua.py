@@ -427,14 +427,22 @@ return {1, moved}
 
 # --- callback outbox --------------------------------------------------------------------------
 
-# KEYS[1] outbox hash, KEYS[2] delivery lease, KEYS[3] due zset. ARGV: task id, lease ms, now.
-# Starts a delivery attempt: {'go', attempt} when this caller may POST now; {'done', state}
-# when the delivery has ended; {'busy', ''} while another attempt holds the lease.
+# KEYS[1] outbox hash, KEYS[2] delivery lease, KEYS[3] due zset. ARGV: task id, lease ms, now,
+# max attempts. Starts a delivery attempt: {'go', attempt} when this caller may POST now;
+# {'done', state} when the delivery has ended (out of attempts: ended now, as failed -- a resend
+# by the reaper after a lost attempt must not make one more); {'busy', ''} while another
+# attempt holds the lease.
 CALLBACK_CLAIM = Lua("callback_claim", """
 local st = redis.call('HGET', KEYS[1], 'state')
 if not st then return {'done', 'missing'} end
 if st == 'delivered' or st == 'failed' or st == 'refused' then return {'done', st} end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return {'busy', ''} end
+if tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') >= tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return {'done', 'failed'}
+end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'state', 'delivering')
 redis.call('ZADD', KEYS[3], tonumber(ARGV[3]) + tonumber(ARGV[2]) / 1000, ARGV[1])

@@ -100,7 +100,7 @@ def test_a_name_that_resolves_to_an_own_endpoint_is_never_sent(d, receiver):
 
 def test_a_delivery_whose_worker_died_mid_post_is_sent_again_by_the_reaper(d, receiver, monkeypatch):
     tid = finished_task(d, receiver.url, "t-lost")
-    verdict, _ = d.stores.callbacks.claim(tid, lease_seconds=0.2)  # a worker claims it ... and dies
+    verdict, _ = d.stores.callbacks.claim(tid, lease_seconds=0.2, max_attempts=4)  # a worker claims it ... and dies
     assert verdict == "go"
     monkeypatch.setattr(reaper, "CALLBACK_LATE_SECONDS", 0.0)
     wait_for(lambda: tid in d.stores.callbacks.due(0.0), timeout=5, interval=0.05)
@@ -143,9 +143,60 @@ def test_pinned_delivery_tries_the_next_judged_address_when_one_refuses(d, recei
 def test_behind_an_http_proxy_the_url_is_left_to_the_proxy(monkeypatch):
     """With HTTP(S)_PROXY set, httpx sends the POST through the proxy, which resolves the name
     itself: pinning an address would break its TLS and bypass NO_PROXY, so the URL goes as it is."""
-    from workers.stages.callback import _via_proxy
+    from workers.stages.callback_post import _via_proxy
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "receiver.corp")
     assert _via_proxy("https", "hooks.example.com") and not _via_proxy("https", "receiver.corp")
     assert not _via_proxy("http", "hooks.example.com")  # only HTTPS goes through it here
+
+
+def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_at_the_deadline(d, monkeypatch):
+    """httpx's timeout bounds each read: a receiver answering a byte every 0.5 s held the POST,
+    and a callback worker's thread, for as long as it liked (a probe's held all four, and no
+    session's result was published). The whole exchange now ends at the deadline, as a failed
+    attempt to retry."""
+    import threading
+    import time
+
+    from tests.support_http import Scripted
+
+    stop = threading.Event()
+
+    def drip(conn, request):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+        while not stop.wait(0.5):
+            try:
+                conn.sendall(b"a")
+            except OSError:
+                return "close"
+        return "close"
+
+    server = Scripted([drip] * 4)
+    monkeypatch.setattr(callback, "CALLBACK_TIMEOUT_SECONDS", 2.0)
+    try:
+        tid = finished_task(d, f"{server.url}/hook", "t-drip")
+        started = time.monotonic()
+        with pytest.raises(callback.DeliveryFailed, match="Timeout"):
+            callback.deliver(d, tid)
+        assert time.monotonic() - started < 5
+        assert d.stores.callbacks.record(tid)["state"] == "pending"
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_resends_of_lost_attempts_stop_at_the_attempt_limit(d, receiver):
+    """A worker that dies mid-POST never records the attempt's end; the reaper resends it. Each
+    resend claimed another attempt, past POLAR_CALLBACK_ATTEMPTS (a probe saw 5 of 4), each a
+    POST beside the others. Out of attempts, a claim ends the delivery as failed."""
+    import time
+
+    tid = finished_task(d, receiver.url, "t-lost-many")
+    for _ in range(3):  # callback_attempts=3: three attempts whose workers died
+        verdict, _ = d.stores.callbacks.claim(tid, lease_seconds=0.001, max_attempts=3)
+        assert verdict == "go"
+        time.sleep(0.01)  # (the lease lapses: the reaper would resend)
+    record = callback.deliver(d, tid)
+    assert record["state"] == "failed" and record["attempts"] == 3 and receiver.posts == []
+    assert tid not in d.stores.callbacks.due(-3600)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 import socket
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -28,9 +27,8 @@ from pipeline.stores.leases import StageLease
 from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.trainers import groups
+from workers.stages.callback_post import CALLBACK_TIMEOUT_SECONDS, post_pinned
 from workers.stages.common import Deps, Skip, log
-
-CALLBACK_TIMEOUT_SECONDS = 30.0
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
@@ -156,7 +154,9 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     whether this attempt may run (one at a time) and records how it ended; raises
     ``DeliveryFailed`` when it should be retried."""
     outbox = d.stores.callbacks
-    verdict, attempt = outbox.claim(task_id, lease_seconds=CALLBACK_TIMEOUT_SECONDS + 5)
+    # (the lease outlasts the POST's whole deadline: a reaper's resend never overlaps it)
+    verdict, attempt = outbox.claim(task_id, lease_seconds=CALLBACK_TIMEOUT_SECONDS + 15,
+                                    max_attempts=d.settings.callback_attempts)
     if verdict != "go":
         return outbox.record(task_id)  # ended already, or another attempt is on it
     assert isinstance(attempt, int)
@@ -172,7 +172,8 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     body = orjson.dumps(d.stores.tasks.status(task_id, include_results=True).model_dump(mode="json"))
     retry = False
     try:
-        resp = _post_pinned(url, addresses, content=body, headers=_headers(d, task_id, attempt, body))
+        resp = post_pinned(url, addresses, content=body, headers=_headers(d, task_id, attempt, body),
+                           deadline_seconds=CALLBACK_TIMEOUT_SECONDS)
         info["status_code"] = resp.status_code
         # A 4xx other than 408/429 is the receiver refusing it: retrying will not help.
         retry = resp.status_code >= 500 or resp.status_code in (408, 429)
@@ -189,41 +190,6 @@ def deliver(d: Deps, task_id: str) -> dict[str, Any] | None:
     record = outbox.record(task_id)
     log.log(logging.INFO if ended == "delivered" else logging.WARNING, "task %s callback: %s", task_id, record)
     return record
-
-
-def _post_pinned(url: str, addresses: list[str], *, content: bytes, headers: dict[str, str]) -> httpx.Response:
-    """POST to the addresses the policy judged, not to whatever the name resolves to a moment
-    later (DNS rebinding: a name that answered with a public address for the check, then with
-    this service's own). The URL's host stays in the Host header and, over TLS, in SNI and the
-    certificate check; the addresses are tried in order while they refuse the connection."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    pinnable = [a for a in addresses if "%" not in a]  # (a zoned IPv6 address cannot be a URL host as is)
-    if not pinnable or host.strip("[]") in pinnable or _via_proxy(parts.scheme, host):
-        pinnable = [""]  # an IP literal, nothing resolved, or an HTTP proxy resolving it: the URL as it is
-    userinfo = parts.netloc.rpartition("@")[0]
-    last: httpx.ConnectError | httpx.ConnectTimeout | None = None
-    with httpx.Client(timeout=CALLBACK_TIMEOUT_SECONDS) as client:
-        for address in pinnable:
-            target, sent = url, headers
-            if address:
-                netloc = (f"[{address}]" if ":" in address else address) + (f":{parts.port}" if parts.port else "")
-                target = urlunsplit(parts._replace(netloc=f"{userinfo}@{netloc}" if userinfo else netloc))
-                sent = {**headers, "host": parts.netloc.rpartition("@")[2]}
-            try:
-                return client.post(target, content=content, headers=sent,
-                                   extensions={"sni_hostname": host} if parts.scheme == "https" and address else {})
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # (as the resolver's next address would be)
-                last = exc
-    assert last is not None
-    raise last
-
-
-def _via_proxy(scheme: str, host: str) -> bool:
-    """Whether the environment sends this URL through an HTTP proxy (httpx reads the same
-    variables): the proxy resolves the name then, and a pinned address would break its TLS."""
-    proxies = urllib.request.getproxies_environment()
-    return bool(proxies.get(scheme) or proxies.get("all")) and not urllib.request.proxy_bypass_environment(host)
 
 
 def _resolve(url: str) -> list[str]:
