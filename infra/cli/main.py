@@ -135,7 +135,18 @@ def flower(port: int, address: str) -> None:
     from infra.flower import patch_flower
 
     patch_flower()  # a stage queue without a worker is still listed, /metrics asks for auth (infra/flower.py)
-    make_app(settings).start(["flower", f"--port={port}", f"--address={address}"])
+    # Flower keeps 100,000 tasks by default (5 a session: ~550 MB); FLOWER_MAX_TASKS still wins.
+    max_tasks = [] if os.environ.get("FLOWER_MAX_TASKS") else [f"--max_tasks={FLOWER_MAX_TASKS}"]
+    app = make_app(settings)
+    try:
+        app.start(["flower", f"--port={port}", f"--address={address}", *max_tasks])
+    finally:
+        # Flower turned task events on in every worker (enable_events); they cost CPU per task and
+        # nothing turns them off once it is gone.
+        try:
+            app.control.disable_events()
+        except Exception as exc:  # noqa: BLE001 - the broker may be the reason Flower stopped
+            click.echo(f"could not turn the workers' task events off: {exc}", err=True)
 
 
 def _port(url: str) -> int:
@@ -143,6 +154,7 @@ def _port(url: str) -> int:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+FLOWER_MAX_TASKS = 10_000  # the tasks Flower keeps in memory (2,000 sessions' worth; ~47 MB)
 
 
 def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -> None:

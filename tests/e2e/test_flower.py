@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ def test_a_stage_queue_without_a_worker_is_still_listed_with_its_backlog(tmp_pat
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                  subprocess.Popen([*cli, "flower", "--port", str(port)], env=env, cwd=ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        started = time.monotonic()
         try:
             import redis
 
@@ -54,6 +56,19 @@ def test_a_stage_queue_without_a_worker_is_still_listed_with_its_backlog(tmp_pat
             lengths = {q["name"]: q["messages"] for q in http.get(f"{base}/api/queues/length").json()["active_queues"]}
             assert set(lengths) == {s.queue for s in Stage}  # not just "run", the one a worker consumes
             assert lengths[Stage.INIT.queue] == 3 and lengths[Stage.RUN.queue] == 0
+
+            # Flower turns task events on in every worker it sees; gone, it turns them off again
+            # (they cost CPU on every task, and nothing else would).
+            time.sleep(max(0.0, started + 7 - time.monotonic()))  # (Flower's first enable_events: after 5 s)
+            procs[1].terminate()
+            procs[1].wait(timeout=30)
+            from pipeline.celery_app import make_app
+            from pipeline.settings import Settings
+
+            control = make_app(Settings(home=tmp_path, redis_url=server.url)).control
+            replies = control.enable_events(reply=True, timeout=5)
+            assert replies and all("task events enabled" in str(r) for r in replies), replies
+            control.disable_events()
         finally:
             for p in procs:
                 p.kill()
