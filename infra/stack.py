@@ -31,6 +31,7 @@ import redis
 
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
 from infra.home_lock import claim_home, release
+from infra.log_rotation import rotate_if_large
 from infra.tokens import make_home, redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
@@ -48,6 +49,7 @@ SMOKE_POLICY = "polar-smoke"
 STAGE_CONCURRENCY = {Stage.INIT: 4, Stage.RUN: 8, Stage.POSTRUN: 2, Stage.EVALUATE: 4, Stage.CALLBACK: 4}
 RESTART_BACKOFF_MAX = 30.0
 WORKER_STOP_SECONDS = 15.0  # the workers' soft shutdown (10 s, `polar worker`) and their cold one
+ROTATE_EVERY_SECONDS = 30.0  # how often the supervisor looks at the services' log sizes
 STABLE_AFTER_SECONDS = 60.0  # a child that ran this long restarts without back-off next time
 
 
@@ -97,6 +99,7 @@ class Stack:
         self._supervisor: threading.Thread | None = None
         self._on_waiting: Callable[[list[str]], None] = lambda names: None
         self._home_lock: int | None = None
+        self._next_rotation = 0.0
 
     # --- start -------------------------------------------------------------------------------
 
@@ -248,6 +251,10 @@ class Stack:
         with self._lock:
             if self._stopping.is_set():
                 return restarted
+            if now >= self._next_rotation:
+                self._next_rotation = now + ROTATE_EVERY_SECONDS
+                for child in self.children.values():
+                    rotate_if_large(child.log_path, self.settings.log_max_mb * 2**20)
             if self.redis is not None and not self.redis.alive():
                 log.warning("embedded Redis died; restarting it from its append-only file")
                 self.redis.start()

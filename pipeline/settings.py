@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     # kept-alive connection too). A client trickling its headers cannot hold a server for good.
     http_head_seconds: float = Field(default=20.0, gt=0)
     http_idle_seconds: float = Field(default=75.0, gt=0)
+    # A `polar up` service's log beyond this is rotated (infra/log_rotation.py; 3 older copies kept).
+    log_max_mb: int = Field(default=64, gt=0)
     # Control-surface secrets (`polar up` generates them into $POLAR_HOME/tokens.json). Unset,
     # a surface is open, and a service refuses to bind beyond loopback (infra/cli).
     api_token: SecretStr | None = None  # Authorization: Bearer <token> on the rollout API
