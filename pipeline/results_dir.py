@@ -136,27 +136,59 @@ def read(path: Path) -> dict[str, Any]:
     return data
 
 
-def remove_old(root: Path, keep_seconds: float, now: float) -> int:
-    """Delete session files older than ``keep_seconds`` (and task folders left empty, and
-    temporary files a killed writer left); returns how many session files went."""
+def remove_old(root: Path, keep_seconds: float, now: float, *, whole_index: bool = False) -> int:
+    """Delete session files older than ``keep_seconds`` with their index entries (and task
+    folders left empty, and temporary files a killed writer left); returns how many session
+    files went.
+
+    A task folder written to within ``keep_seconds`` is not looked into: its files arrive by
+    rename, so its own time is its newest file's, and a walk of every file of every task (8 us a
+    file: minutes a pass after months of sessions) touches only what can go. The index of every
+    session (``sessions/``) is walked only when ``whole_index`` asks (its entries go with their
+    session files; the walk finds the ones a crash left behind)."""
     removed = 0
     if not root.is_dir():
         return 0
-    for folder in [*root.glob("task_*"), root / INDEX]:
-        if not folder.is_dir() or folder.is_symlink():
+    for folder in root.glob("task_*"):
+        try:
+            if folder.is_symlink() or not folder.is_dir() or now - folder.stat().st_mtime <= keep_seconds:
+                continue
+        except FileNotFoundError:
             continue
         for f in folder.iterdir():
             try:
                 if f.is_file() and now - f.stat().st_mtime > keep_seconds:
                     f.unlink()
-                    removed += not f.name.startswith(".") and folder.name != INDEX
+                    if not f.name.startswith("."):
+                        removed += 1
+                        _unindex(root, f.name)
             except FileNotFoundError:  # another worker's reaper pruned it first
                 continue
         try:
             folder.rmdir()  # only when empty
         except OSError:
             pass
+    index = root / INDEX
+    if whole_index and index.is_dir() and not index.is_symlink():
+        for f in index.iterdir():
+            try:
+                if f.is_file() and now - f.stat().st_mtime > keep_seconds:
+                    f.unlink()
+            except FileNotFoundError:
+                continue
     return removed
+
+
+def _unindex(root: Path, file_name: str) -> None:
+    """The index entry of the session file ``file_name`` (``ses_<name><ext>``) removed."""
+    stem = file_name.removeprefix("ses_")
+    for ext in EXTENSIONS.values():
+        if stem.endswith(ext):
+            try:
+                (root / INDEX / stem[: -len(ext)]).unlink()
+            except (FileNotFoundError, IsADirectoryError):
+                pass
+            return
 
 
 __all__ = ["EXTENSIONS", "FORMAT", "find", "path_for", "read", "remove_old", "safe_name", "task_folder", "write"]

@@ -13,6 +13,7 @@ lost ones costs O(lost), not a scan of every live session. Times are Redis serve
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import uuid
@@ -232,6 +233,11 @@ def held_many(r: redis.Redis, pairs: list[tuple[str, Stage]]) -> list[bool]:
         pipe.zscore(keys.LEASE_EXPIRY, keys.lease_member(stage.value, sid))
     (seconds, _), *scores = pipe.execute()
     return [score is not None and score > seconds * 1000 for score in scores]
+
+
+def try_prune_pass(r: redis.Redis, ttl_seconds: float) -> bool:
+    """Whether this process may prune this host's old files now (one worker per host and interval)."""
+    return bool(r.set(keys.prune_lock(socket.gethostname()), "1", nx=True, ex=max(1, int(ttl_seconds))))
 
 
 def try_reaper_pass(r: redis.Redis, ttl_seconds: float) -> bool:

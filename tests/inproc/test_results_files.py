@@ -100,6 +100,11 @@ def test_the_reaper_prunes_results_past_their_retention(deps):  # noqa: F811
     old, new = files(deps)
     past = time.time() - (deps.settings.results_keep_days + 1) * 86400
     os.utime(old, (past, past))
+    os.utime(old.parent, (past, past))  # (a folder not written to lately is looked into)
     reaper._artifacts_pruned[0] = 0.0  # due now
+    reaper.sweep(deps)
+    assert files(deps) == [new]
+    os.utime(new, (past, past))
+    reaper._artifacts_pruned[0] = 0.0  # due again, but another worker of this host pruned this round
     reaper.sweep(deps)
     assert files(deps) == [new]

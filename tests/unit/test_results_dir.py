@@ -49,17 +49,35 @@ def test_ids_that_sanitise_alike_get_distinct_folders(tmp_path):
     assert results_dir.task_folder(tmp_path, "a/b") != results_dir.task_folder(tmp_path, "a_b")
 
 
+def back_date(*paths, days: float = 7) -> None:
+    then = time.time() - days * 86400
+    for p in paths:
+        os.utime(p, (then, then))
+
+
 def test_retention_removes_old_files_and_empty_task_folders(tmp_path):
     old = results_dir.write(tmp_path, session("old", "s-old"), [], [], 0)
     new = results_dir.write(tmp_path, session("new", "s-new"), [], [], 0)
-    leftover = new.parent / ".ses_x.json.dead.tmp"  # a writer killed before its rename
+    leftover = old.parent / ".ses_x.json.dead.tmp"  # a writer killed before its rename
     leftover.write_text("{")
-    week_ago = time.time() - 7 * 86400
-    os.utime(old, (week_ago, week_ago))
-    os.utime(leftover, (week_ago, week_ago))
+    back_date(old, leftover, old.parent)
     assert results_dir.remove_old(tmp_path, 86400, time.time()) == 1
     assert not old.parent.exists() and new.exists() and not leftover.exists()
     assert results_dir.remove_old(tmp_path / "missing", 1, time.time()) == 0
+
+
+def test_retention_looks_only_into_task_folders_old_enough_to_hold_old_files(tmp_path, monkeypatch):
+    """Every file of every task folder was stat'ed every ten minutes by every worker (3.5 s a
+    pass at 400,000 files, growing with the weeks kept). A folder's own time is its newest
+    file's (they arrive by rename): one written to lately is not looked into."""
+    young = results_dir.write(tmp_path, session("young", "s-young"), [], [], 0)
+    old = results_dir.write(tmp_path, session("old", "s-old"), [], [], 0)
+    back_date(old, old.parent)
+    looked: list = []
+    iterdir = type(tmp_path).iterdir
+    monkeypatch.setattr(type(tmp_path), "iterdir", lambda self: looked.append(self.name) or iterdir(self))
+    assert results_dir.remove_old(tmp_path, 86400, time.time()) == 1
+    assert looked == [old.parent.name] and young.exists() and not old.exists()
 
 
 def test_a_session_is_found_through_the_index_without_looking_in_other_task_folders(tmp_path, monkeypatch):
@@ -80,8 +98,11 @@ def test_a_session_is_found_through_the_index_without_looking_in_other_task_fold
 
 def test_retention_prunes_the_index_with_the_files(tmp_path):
     old = results_dir.write(tmp_path, session("old", "s-old"), [], [], 0)
-    week_ago = time.time() - 7 * 86400
-    for f in (old, tmp_path / results_dir.INDEX / "s-old"):
-        os.utime(f, (week_ago, week_ago))
+    orphan = tmp_path / results_dir.INDEX / "s-crashed"  # an entry whose file went another way
+    orphan.write_text("task_gone")
+    back_date(old, old.parent, tmp_path / results_dir.INDEX / "s-old", orphan)
     assert results_dir.remove_old(tmp_path, 86400, time.time()) == 1
-    assert not (tmp_path / results_dir.INDEX).exists() and results_dir.find(tmp_path, "s-old") is None
+    assert not (tmp_path / results_dir.INDEX / "s-old").exists() and results_dir.find(tmp_path, "s-old") is None
+    assert orphan.exists()  # the whole index is walked only when asked (once a day)
+    results_dir.remove_old(tmp_path, 86400, time.time(), whole_index=True)
+    assert not orphan.exists()

@@ -21,7 +21,7 @@ import time
 from pipeline import results_dir
 from pipeline.messages import init_priority
 from pipeline.status import Stage
-from pipeline.stores.leases import sent_before, take_expired, take_grace_seconds, try_reaper_pass
+from pipeline.stores.leases import sent_before, take_expired, take_grace_seconds, try_prune_pass, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
 from workers.runtimes import RuntimeHost, sweeper
 from workers.stages import artifacts
@@ -36,6 +36,8 @@ CALLBACK_LATE_SECONDS = 15.0  # Celery's own retry fires when a delivery is due;
 
 ARTIFACTS_PRUNE_SECONDS = 600.0  # old artifacts are looked for at most this often
 _artifacts_pruned = [0.0]
+_index_walked = [time.time()]  # (the first whole walk of the results index a day after the worker starts)
+INDEX_WALK_SECONDS = 86400.0
 
 
 def sweep(d: Deps) -> list[str]:
@@ -43,10 +45,16 @@ def sweep(d: Deps) -> list[str]:
     pass), and artifact folders and results files past ``artifacts_keep_days`` and
     ``results_keep_days`` (every ten minutes)."""
     now = time.time()
-    if now - _artifacts_pruned[0] > ARTIFACTS_PRUNE_SECONDS:
+    # One worker of each host prunes (the folders are the host's, or shared): five had each
+    # walked them every ten minutes.
+    if now - _artifacts_pruned[0] > ARTIFACTS_PRUNE_SECONDS and try_prune_pass(d.stores.r, ARTIFACTS_PRUNE_SECONDS):
         _artifacts_pruned[0] = now
         artifacts.remove_old(d.settings.home, d.settings.artifacts_keep_days * 86400, now)
-        gone = results_dir.remove_old(d.settings.results_path, d.settings.results_keep_days * 86400, now)
+        whole_index = now - _index_walked[0] > INDEX_WALK_SECONDS
+        if whole_index:
+            _index_walked[0] = now
+        gone = results_dir.remove_old(d.settings.results_path, d.settings.results_keep_days * 86400, now,
+                                      whole_index=whole_index)
         if gone:
             log.info("reaper: pruned %d results files older than %s days", gone, d.settings.results_keep_days)
     return sweeper.sweep(RuntimeHost.of(d.settings), d.stores.sessions.status)
