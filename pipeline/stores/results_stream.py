@@ -107,13 +107,15 @@ class ResultsStream:
         if length < self.maxlen + TRIM_SLACK:
             return 0
         need = self._needed_from()
-        if need is None:  # no consumer group: nobody to wait for
-            removed = int(self._r.xtrim(self.stream, maxlen=self.maxlen, approximate=True))
-        else:
-            # MINID ~ with LIMIT: at most the excess, and never an entry at or past ``need``.
-            removed = int(self._r.execute_command("XTRIM", self.stream, "MINID", "~", need,
-                                                  "LIMIT", length - self.maxlen))
-        backlog = length - removed - self.maxlen
+        if need is None:  # no consumer group: nobody to wait for, nothing held back
+            self._r.xtrim(self.stream, maxlen=self.maxlen, approximate=True)
+            self._r.set(keys.RESULTS_BACKLOG, 0)
+            return 0
+        # MINID ~ with LIMIT: at most the excess, and never an entry at or past ``need``.
+        self._r.execute_command("XTRIM", self.stream, "MINID", "~", need, "LIMIT", length - self.maxlen)
+        # What is left over the cap, read after the trim: the other publishers trim at the same
+        # moment, and a length read before it, less what this call removed, counted theirs as held.
+        backlog = int(self._r.xlen(self.stream)) - self.maxlen
         if backlog <= TRIM_SLACK:
             self._r.set(keys.RESULTS_BACKLOG, 0)
             return 0

@@ -185,6 +185,28 @@ def test_without_a_consumer_group_the_cap_applies_as_before(r):
     assert r.xlen(keys.RESULTS_STREAM) <= 10 + TRIM_SLACK and stream.stats()["trims_held_back"] == 0
 
 
+def test_publishers_trimming_at_once_report_no_backlog_without_a_group(r, redis_url):
+    """The callback worker's threads trim as they publish: each took the stream's length before
+    the trim, less what it removed itself, and counted what the others removed as held back (a
+    probe saw 16 "held back" trims and ERROR lines with no consumer group at all)."""
+    import threading
+
+    import redis as redis_lib
+
+    def publisher(k: int) -> None:
+        own = ResultsStream(redis_lib.Redis.from_url(redis_url), maxlen=10)
+        publish(own, *[f"p{k}-{i}" for i in range(2 * TRIM_SLACK)])
+
+    threads = [threading.Thread(target=publisher, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = ResultsStream(r, maxlen=10).stats()
+    assert stats["trims_held_back"] == 0 and stats["backlog_over_maxlen"] == 0
+    assert r.xlen(keys.RESULTS_STREAM) <= 10 + 2 * TRIM_SLACK
+
+
 def test_entries_read_ahead_by_a_live_consumer_are_not_claimed_by_another(r, redis_url):
     """A consumer reads a batch of 10 and spends longer than claim_idle_ms on the first (a
     training step): the other nine, read ahead but not yet handed over, stay its own -- another
