@@ -236,6 +236,33 @@ def _answer_and_close(sock, seconds: float = 12) -> tuple[bytes, float]:
     return data, time.monotonic() - started
 
 
+def _trickled(where, head: bytes, each: bytes, every: float, seconds: float = 12) -> tuple[bytes, float]:
+    """Send ``head``, then ``each`` every ``every`` seconds for as long as the server reads; what
+    it answered before closing the connection, and how long that took."""
+    import socket
+    import threading
+
+    with socket.create_connection(where) as sock:
+        sock.sendall(head)
+        stop = threading.Event()
+
+        def trickle():
+            while not stop.wait(every):
+                try:
+                    sock.sendall(each)
+                except OSError:
+                    return
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            return _answer_and_close(sock, seconds)
+        finally:
+            stop.set()
+
+
+# A key of the proxy's form that no session has: the proxy reads a small body before it looks.
+FORGED_KEY = "Authorization: Bearer sk-polar-" + "ab" * 16 + "-" + "0" * 48 + "\r\n"
+
+
 @pytest.mark.parametrize("service, path", [("api", "/rollout/submit"), ("proxy", "/s/not-a-key/v1/chat/completions")])
 def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a_bloated_head(stack, service, path):
     """After its 401/404 the server read the rest of a stranger's body to its end, however slowly
@@ -244,29 +271,14 @@ def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a
     6 MB, and a request framed two ways was served (request smuggling behind a front proxy)."""
     import json
     import socket
-    import threading
     from urllib.parse import urlsplit
 
     url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
     where = (urlsplit(url).hostname, urlsplit(url).port)
-    with socket.create_connection(where) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     "Content-Length: 100000\r\n\r\n{\"a\": ".encode())
-        stop = threading.Event()
-
-        def trickle():  # one byte every 0.2 s, for as long as the server reads
-            while not stop.wait(0.2):
-                try:
-                    sock.sendall(b" ")
-                except OSError:
-                    return
-        threading.Thread(target=trickle, daemon=True).start()
-        try:
-            data, took = _answer_and_close(sock)
-        finally:
-            stop.set()
-        assert data.split(b" ", 2)[1] in (b"401", b"404"), data[:200]
-        assert took < 8  # answered and closed after a short drain, not when the client tires
+    data, took = _trickled(where, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  "Content-Length: 100000\r\n\r\n{\"a\": ".encode(), b" ", 0.2)
+    assert data.split(b" ", 2)[1] in (b"401", b"404"), data[:200]
+    assert took < 8  # answered and closed after a short drain, not when the client tires
     with socket.create_connection(where) as silent:  # a new connection that sends nothing
         data, took = _answer_and_close(silent)
         assert data == b"" and took < 10  # closed at the head deadline (3 s here), not after 75 s
@@ -285,7 +297,7 @@ def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a
 
 @pytest.mark.parametrize("service, path, auth", [
     ("api", "/viewer/session", ""),  # the viewer's login: open to anyone, reads its body first
-    ("proxy", "/v1/chat/completions", "Authorization: Bearer sk-polar-" + "ab" * 16 + "-" + "0" * 48 + "\r\n")])
+    ("proxy", "/v1/chat/completions", FORGED_KEY)])
 def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, auth):
     """A body the app reads before it can refuse the caller (a login; a proxy call whose key is
     merely well-formed) could come a byte a minute, each byte restarting the idle timer: a probe
@@ -297,22 +309,8 @@ def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, 
 
     url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
     where = (urlsplit(url).hostname, urlsplit(url).port)
-    with socket.create_connection(where) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
-                     "Content-Length: 3000\r\n\r\n{\"token\": \"".encode())
-        stop = threading.Event()
-
-        def trickle():  # a byte every 0.2 s: never idle, never done
-            while not stop.wait(0.2):
-                try:
-                    sock.sendall(b"a")
-                except OSError:
-                    return
-        threading.Thread(target=trickle, daemon=True).start()
-        try:
-            data, took = _answer_and_close(sock, seconds=20)
-        finally:
-            stop.set()
+    data, took = _trickled(where, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
+                                  "Content-Length: 3000\r\n\r\n{\"token\": \"".encode(), b"a", 0.2, seconds=20)
     assert took < 12, took  # the grace and a little, not as long as the client likes
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") or head.startswith(b"HTTP/1.1 400"), data[:300]
@@ -334,32 +332,17 @@ def test_a_chunked_bodys_framing_earns_no_time_and_a_broken_one_ends_the_connect
     the open login for ever). And after a malformed chunked body the connection stayed open, its
     rest served as a new request (smuggling)."""
     import socket
-    import threading
     from urllib.parse import urlsplit
 
     url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
     path = {"api": "/viewer/session", "proxy": "/v1/chat/completions"}[service]
-    auth = "" if service == "api" else "Authorization: Bearer sk-polar-" + "ab" * 16 + "-" + "0" * 48 + "\r\n"
+    auth = "" if service == "api" else FORGED_KEY
     where = (urlsplit(url).hostname, urlsplit(url).port)
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
             "Transfer-Encoding: chunked\r\n\r\n").encode()
     for first, each in ((b"1\r\n{\r\n0\r\n", b"X-a: " + b"b" * 600 + b"\r\n"),  # trailers, one a second
                         (b"", b"1;" + b"e" * 600 + b"\r\n \r\n")):  # one-byte chunks with long extensions
-        with socket.create_connection(where) as sock:
-            sock.sendall(head + first)
-            stop = threading.Event()
-
-            def pace(sock=sock, each=each, stop=stop):
-                while not stop.wait(1.0):
-                    try:
-                        sock.sendall(each)
-                    except OSError:
-                        return
-            threading.Thread(target=pace, daemon=True).start()
-            try:
-                data, took = _answer_and_close(sock, seconds=30)
-            finally:
-                stop.set()
+        data, took = _trickled(where, head + first, each, 1.0, seconds=30)
         assert took < 15 and data.startswith(b"HTTP/1.1 4"), (each[:10], took, data[:200])
     hidden = b"GET /smuggled-path HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(where) as sock:  # a bare LF after the chunk size: malformed
