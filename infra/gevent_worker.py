@@ -67,7 +67,11 @@ class _CappedLines:
 
 
 class _SlowBody(TimeoutError):
-    """A request's body came slower than BODY_MIN_RATE."""
+    """A request's body came slower than BODY_MIN_RATE (made only when it does: gevent's timer
+    raises the class)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the request's body came slower than {BODY_MIN_RATE} bytes a second")
 
 
 class _BadBody(ValueError):
@@ -87,10 +91,9 @@ class _PacedReader:
 
     def _paced(self, reader: Any, size: int, earns: bool = True) -> bytes:
         left = self.start + self.grace + self.got / BODY_MIN_RATE - time.monotonic()
-        slow = _SlowBody(f"the request's body came slower than {BODY_MIN_RATE} bytes a second")
         if left <= 0:
-            raise slow
-        with gevent.Timeout(left, slow):
+            raise _SlowBody()
+        with gevent.Timeout(left, _SlowBody):
             data: bytes = reader(size)
         if earns:
             self.got += len(data)
