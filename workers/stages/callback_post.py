@@ -75,7 +75,7 @@ def _hold_to(client: httpx.Client, deadline: float) -> None:
 def _left(deadline: float, timeout: float | None) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise httpcore.ReadTimeout(f"no answer within {CALLBACK_TIMEOUT_SECONDS:g} s")
+        raise httpcore.ReadTimeout("no answer within the POST's deadline")
     return left if timeout is None else min(timeout, left)
 
 
