@@ -243,11 +243,16 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
 def _backend_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, Any]]:
     if settings.allowed_runtime_backends is None:
         return []
-    allowed = [b.strip() for b in settings.allowed_runtime_backends.split(",") if b.strip()]
+    allowed = _listed(settings.allowed_runtime_backends)
     if task.runtime.backend in allowed:
         return []
     return [{"field": "runtime.backend", "message": f"runtime backend {task.runtime.backend!r} is not allowed on this "
              f"stack; it allows {', '.join(allowed) or 'none'} (POLAR_ALLOWED_RUNTIME_BACKENDS)"}]
+
+
+def _listed(setting: str) -> list[str]:
+    """A comma-separated allow-list setting's names."""
+    return [name.strip() for name in setting.split(",") if name.strip()]
 
 
 # A network by name (none, host, bridge, a docker network): not an engine's mode with an argument
@@ -263,7 +268,7 @@ def _network_allowed(task: TaskRequest, settings: Settings) -> list[dict[str, An
         why = ("is not a network's name: a mode like container:<name> or ns:<path> joins another container's "
                "network (another session's); list it in POLAR_ALLOWED_RUNTIME_NETWORKS to allow it")
     else:
-        allowed = [n.strip() for n in settings.allowed_runtime_networks.split(",") if n.strip()]
+        allowed = _listed(settings.allowed_runtime_networks)
         if network == "none" or network in allowed:
             return []
         why = f"is not allowed on this stack; it allows none, {', '.join(allowed) or 'nothing else'} " \
