@@ -15,11 +15,13 @@ service). So a connection whose reads or writes make no progress for ``idle_seco
 (a kept-alive connection left idle too), and a request's line and headers must all arrive within
 ``head_seconds`` of its first byte, or it is answered 408 (Settings.http_head_seconds,
 http_idle_seconds; set on the class by ``configure`` before gunicorn forks its workers). A body
-must then keep up BODY_MIN_RATE bytes a second after a grace of ``head_seconds``.
+must then keep up BODY_MIN_RATE bytes a second after a grace of ``head_seconds`` from the app's
+first read of it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -299,7 +301,36 @@ class OneWriteHandler(PyWSGIHandler):
 
 
 class OneWritePyWSGIWorker(GeventPyWSGIWorker):
+    """gunicorn's gevent worker, with a quick shutdown that exits once and quietly.
+
+    Ctrl-C (or ``polar up`` stopping) signals the whole process group: each worker gets SIGINT
+    itself and then SIGQUIT from its master, and gunicorn spawned one greenlet per signal that
+    calls ``sys.exit`` 0.1 s later. The first ended the worker; the second ran during the
+    interpreter's shutdown, where gevent printed its SystemExit as a traceback in every service's
+    log at every stop. Now the first signal starts the exit, and it is skipped when the serving
+    loop has already returned (the worker is ending anyway)."""
+
     wsgi_handler = OneWriteHandler
+    _quitting = False
+    _served = False
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self._served = True
+
+    def handle_quit(self, sig: Any, frame: Any) -> None:
+        if not self._quitting:
+            self._quitting = True
+            gevent.spawn(self._quit)
+
+    def _quit(self) -> None:
+        self.alive = False
+        self.cfg.worker_int(self)
+        gevent.sleep(0.1)
+        if not self._served:
+            sys.exit(0)
 
 
 def configure(head_seconds: float, idle_seconds: float) -> None:

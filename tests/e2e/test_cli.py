@@ -145,6 +145,12 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
     assert "stopping" in out and not any(secret in out for secret in tokens.values())  # never printed
     logs = [p for p in Path(state["logs"]).rglob("*") if p.is_file()]
     assert logs and not any(secret in p.read_text(errors="replace") for p in logs for secret in tokens.values())
+    # A clean stop writes no traceback: each gunicorn worker gets SIGINT (its group's) and SIGQUIT
+    # (its master's) and used to print the second exit as a SystemExit traceback.
+    servers = [p for p in logs if p.name in ("api.log", "proxy.log", "model.log")]
+    assert {p.name for p in servers} >= {"api.log", "proxy.log"}
+    for log in servers:
+        assert "Traceback" not in log.read_text(errors="replace"), f"{log.name}:\n{log.read_text()[-3000:]}"
     assert "all ready" in out  # the start-up progress bar's final state (stderr is not a terminal here)
     wait_for(lambda: not any(alive(p) for p in children), timeout=10)
     assert not (tmp_path / "up.json").exists()
