@@ -49,7 +49,8 @@ class _BadHead(ValueError):
 HEAD_MAX_BYTES = 64 * 1024  # all header lines together (http.client alone allows 100 x 64 kB)
 DRAIN_SECONDS, DRAIN_MAX_BYTES = 1.0, 1 << 20
 BODY_MIN_RATE, BODY_READ_PIECE = 500, 64 * 1024  # bytes a second a body must keep up (as Apache's reqtimeout)
-FRAMING_MAX_BYTES = 64 * 1024  # a chunked body's size lines, extensions and trailers, together
+FRAMING_MAX_BYTES = 64 * 1024  # a chunked body's extensions and trailers, together
+CHUNK_FRAMING_BYTES = 12  # a chunk's own framing: its size (8 hex digits: up to 4 GB) and two CRLFs
 
 
 class _CappedLines:
@@ -82,16 +83,23 @@ class _BadBody(ValueError):
 
 class _PacedReader:
     """The request body's reads, held to a pace: its bytes are due within ``grace`` seconds of
-    the head, plus one second per ``BODY_MIN_RATE`` bytes. The idle timeout alone let a client
+    the app's first read, plus one second per ``BODY_MIN_RATE`` bytes. The idle timeout alone let a client
     send a byte a minute for as long as it liked (every byte restarting it), holding a connection
     -- and what the app had read so far -- for hours. Reads take what has come, so a large body
     on a slow but steady link earns its time as it arrives."""
 
     def __init__(self, rfile: Any, grace: float, chunked: bool) -> None:
         self.rfile, self.grace, self.got, self.chunked, self.framing = rfile, grace, 0, chunked, 0
-        self.start = time.monotonic()
+        self.start: float | None = None
+        self.chunks = 0
+        self.input: Any = None  # the gevent Input reading through this one (its chunk position)
 
     def _paced(self, reader: Any, size: int, earns: bool = True) -> bytes:
+        # The clock starts at the app's first read, not with the head: what the app does before
+        # reading (the proxy checks a large body's key first, waiting out a Redis restart) is not
+        # the client's time -- counted, a body already sent was refused unread.
+        if self.start is None:
+            self.start = time.monotonic()
         left = self.start + self.grace + self.got / BODY_MIN_RATE - time.monotonic()
         if left <= 0:
             raise _SlowBody()
@@ -102,8 +110,8 @@ class _PacedReader:
         return data
 
     def read(self, size: int = -1) -> bytes:
-        if self.chunked and size == 1:  # gevent reads a chunk's size and extensions a byte at a time
-            return self._framing(self.rfile.read, 1)
+        if self.chunked and self._at_framing():
+            return self._framing(self.rfile.read, size)  # gevent reads it a byte at a time
         if size is None or size < 0:
             return self._paced(self.rfile.read, -1)
         parts, piece = [], getattr(self.rfile, "read1", self.rfile.read)  # read1: what has come, at once
@@ -113,18 +121,29 @@ class _PacedReader:
         return b"".join(parts)
 
     def readline(self, size: int = -1) -> bytes:
-        if not self.chunked:
+        if not (self.chunked and self._at_framing()):
             return self._paced(self.rfile.readline, size)
         return self._framing(self.rfile.readline, min(size, FRAMING_MAX_BYTES) if size >= 0 else FRAMING_MAX_BYTES)
+
+    def _at_framing(self) -> bool:
+        """Whether gevent is reading a chunked body's framing -- a chunk's size line, the CRLF
+        after its data, the trailers -- rather than a chunk's data: its Input's position says."""
+        body = self.input
+        if body is None or not body.chunk_length or body.position >= body.chunk_length:
+            return True
+        if body.position == 0:
+            self.chunks += 1  # a chunk's data begins
+        return False
 
     def _framing(self, reader: Any, size: int) -> bytes:
         """A chunked body's framing (chunk sizes, their extensions, trailers), which gevent reads
         and drops itself: it earns no time, and it may not outgrow the data by more than
-        FRAMING_MAX_BYTES (extensions or trailers sent at pace held a connection for ever, and
-        never counted against the app's body limit)."""
+        FRAMING_MAX_BYTES beyond each chunk's own (extensions or trailers sent at pace held a
+        connection for ever, and never counted against the app's body limit; a body of many
+        small chunks, as a streaming encoder sends, is within bounds)."""
         data = self._paced(reader, size, earns=False)
         self.framing += len(data)
-        if self.framing > FRAMING_MAX_BYTES + self.got:
+        if self.framing > FRAMING_MAX_BYTES + self.got + CHUNK_FRAMING_BYTES * (self.chunks + 1):
             raise _BadBody(f"the request's chunk framing (sizes, extensions, trailers) outgrew its data by more "
                            f"than {FRAMING_MAX_BYTES} bytes")
         return data
@@ -213,8 +232,9 @@ class OneWriteHandler(PyWSGIHandler):
     def get_environ(self) -> Any:
         env = super().get_environ()
         given = self.wsgi_input
-        body = _LeftUnread(_PacedReader(given.rfile, self.head_seconds, bool(given.chunked_input)),
-                           given.content_length, socket=given.socket, chunked_input=given.chunked_input)
+        paced = _PacedReader(given.rfile, self.head_seconds, bool(given.chunked_input))
+        body = _LeftUnread(paced, given.content_length, socket=given.socket, chunked_input=given.chunked_input)
+        paced.input = body
         body.on_unread = self._close_after
         self.wsgi_input = env["wsgi.input"] = body
         return env

@@ -101,3 +101,18 @@ class EvaluationError(PolarError):
 
 class VerifyError(PolarError):
     pass
+
+
+
+def unreadable_body(exc: BaseException) -> tuple[int, str] | None:
+    """The status and reason to answer when ``exc`` (werkzeug's ``ClientDisconnected``) came from
+    the HTTP worker refusing to read on (infra/gevent_worker.py): a body slower than its pace or
+    idle past the timeout (408), or framed beyond bounds (400); else None. werkzeug answers them
+    all as a 400 saying "the browser (or proxy) sent a request that this server could not
+    understand", which tells a client nothing."""
+    cause = exc.__context__
+    if isinstance(cause, TimeoutError):
+        return 408, str(cause) or "the request's body did not arrive in time"
+    if isinstance(cause, (OSError, ValueError)) and str(cause):
+        return 400, f"the request's body could not be read: {cause}"
+    return None

@@ -26,6 +26,7 @@ from werkzeug.wrappers import Request, Response
 
 from pipeline.codec import exact_json, json_bytes, nesting_depth_exceeds
 from pipeline.credentials import session_of_key
+from pipeline.errors import unreadable_body
 from pipeline.settings import Settings
 from proxy.client_watch import client_socket
 from proxy.content_encoding import decoded
@@ -373,8 +374,9 @@ def as_proxy_error(exc: Exception, method: str, path: str, max_request_bytes: in
     if isinstance(exc, RequestEntityTooLarge):
         return PayloadTooLarge(f"request body exceeds {max_request_bytes} bytes")
     if isinstance(exc, HTTPException):
-        err = BadRequest(exc.description or str(exc))
-        err.status = exc.code or 400
+        status, message = unreadable_body(exc) or (exc.code or 400, exc.description or str(exc))
+        err = BadRequest(message)
+        err.status = status
         return err
     if isinstance(exc, (redis.RedisError, HotRedisError, ConnectionError)):
         return Unavailable("the proxy's Redis is unavailable; retry shortly")

@@ -31,7 +31,7 @@ from pipeline.celery_app import make_app, stage_queues
 from pipeline.codec import inexact_integer, nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
-from pipeline.errors import TaskExists, TaskNotFound
+from pipeline.errors import TaskExists, TaskNotFound, unreadable_body
 from pipeline.registry import allow_plugin_modules, plugin_allowed
 from pipeline.schemas import RuntimeSpec, TaskRequest
 from pipeline.settings import Settings
@@ -175,6 +175,10 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
         if isinstance(exc, RequestEntityTooLarge):
             return api_error(ApiError(413, "request_too_large",
                                       f"request body exceeds {settings.max_submit_bytes} bytes"))
+        unreadable = unreadable_body(exc)
+        if unreadable:
+            status, message = unreadable
+            return api_error(ApiError(status, "request_timeout" if status == 408 else "bad_request", message))
         return api_error(ApiError(exc.code or 500, exc.name.lower().replace(" ", "_"), exc.description or ""))
 
     @app.errorhandler(redis.RedisError)

@@ -229,6 +229,52 @@ def test_a_call_arriving_while_redis_restarts_waits_for_it_then_a_503_after_the_
         server.stop()
 
 
+def test_a_large_or_chunked_call_waits_out_a_redis_restart_longer_than_the_body_grace(fake_stack, tmp_path):
+    """A body over 64 kB, chunked or compressed is read only once its key is checked, and that
+    check waits for a restarting Redis. The body's pace clock ran from the head, so an outage
+    longer than its grace (POLAR_HTTP_HEAD_SECONDS, 20 s; 2 s here) got a body already sent
+    refused unread: a 400 no SDK retries, where a small call waited and was served."""
+    from infra.embedded_redis import EmbeddedRedis
+
+    server = EmbeddedRedis(data_dir=tmp_path / "redis").start()
+    port = free_port()
+    env = {**os.environ, **fake_stack.settings.to_env(), "POLAR_REDIS_URL": server.url,
+           "POLAR_PROXY_REDIS_WAIT_SECONDS": "15", "POLAR_HTTP_HEAD_SECONDS": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "proxy", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), timeout=30)
+        key = running_session(server.url)
+        base = f"http://127.0.0.1:{port}/s/{key}/v1"
+        sdk = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+        big = [{"role": "user", "content": "word " * 20_000}]  # 100 kB: its key is checked first
+        small = json.dumps({"model": "fake", "messages": MSG}).encode()
+        answers: dict = {}
+
+        def chunked() -> None:
+            resp = httpx.post(f"{base}/chat/completions", content=iter([small[:10], small[10:]]), timeout=60)
+            answers["chunked"] = (resp.status_code, resp.text)
+
+        server.stop()
+        callers = [threading.Thread(target=lambda: answers.update(big=sdk.chat.completions.create(
+            model="fake", messages=big))), threading.Thread(target=chunked)]
+        for caller in callers:
+            caller.start()
+        time.sleep(5.0)  # longer than the grace
+        assert not answers
+        server.start()
+        for caller in callers:
+            caller.join(timeout=60)
+        assert answers["big"].choices[0].message.content == "ok"
+        assert answers["chunked"][0] == 200, answers["chunked"]
+        done, errors = records(server.url, key)
+        assert len(done) == 2 and errors == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        server.stop()
+
+
 def _ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 200
