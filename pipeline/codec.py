@@ -213,7 +213,8 @@ def inexact_integer(raw: bytes) -> str | None:
 
 def _number_token_at(raw: bytes, digits: bytes, at: int) -> bool:
     """Whether the run of digits at ``at`` may be a JSON integer token: what precedes it (a
-    minus, whitespace) is a value's start (``:``, ``[``, ``,``), and no ``.``/``e`` follows."""
+    minus, whitespace) is a value's start (``:``, ``[``, ``,``, or the text's own start: a bare
+    number, as a tool call's arguments may be), and no ``.``/``e`` follows."""
     end = digits.find(b"a", at)
     if end >= 0 and raw[end:end + 1] in (b".", b"e", b"E"):
         return False  # a float literal: orjson's rounding of it is JSON's own
@@ -222,4 +223,4 @@ def _number_token_at(raw: bytes, digits: bytes, at: int) -> bool:
         i -= 1
     while i >= 0 and raw[i] in b" \t\r\n":
         i -= 1
-    return i >= 0 and raw[i] in b":[,"
+    return i < 0 or raw[i] in b":[,"
