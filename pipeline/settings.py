@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     # 6 s -- longer than live holders take to renew after a Redis outage; stores/leases.py).
     lease_take_grace_seconds: float | None = Field(default=None, ge=0)
     cancel_poll_seconds: float = Field(default=0.25, gt=0)
+    # A running agent is stopped (ERROR, saying why) once the disk holding POLAR_HOME or the
+    # session's files has less free: one agent writing without end would otherwise fill it, and
+    # Redis (its append-only file), the logs and every other session with it. 0: never.
+    min_free_disk_mb: int = Field(default=512, ge=0)
     inflight_drain_seconds: float = Field(default=5.0, ge=0)
     # A proxy renews the lease of each model call it holds every third of this; a killed proxy's
     # calls stop counting as in flight (pause, POSTRUN) after at most this long.

@@ -176,6 +176,27 @@ def test_a_call_still_in_flight_when_postrun_builds_is_named_not_silently_missin
     assert trajectory.metadata["calls_in_flight_left_out"] == 1 and trajectory.metadata["completions"] == 2
 
 
+def test_an_agent_is_stopped_when_the_disk_runs_full_and_not_otherwise(deps):
+    """An agent writing without end fills the disk, and with it Redis's append-only file, the
+    logs and every other session: below POLAR_MIN_FREE_DISK_MB free, RUN stops the agent and
+    the session ends ERROR saying why. (A real process in the local runtime; the floor is set
+    above what this disk has, then off.)"""
+    import time
+
+    for floor, agent in ((10**9, "sleep 60"), (0, "sleep 0.6")):
+        d = make_deps(deps.settings.model_copy(update={"min_free_disk_mb": floor}))
+        [sid] = submit(d, num_samples=1, runtime={"backend": "local"}, agent={"custom_shell": agent},
+                       evaluator={"strategy": "session_completed"})
+        started = time.monotonic()
+        assert run_all(d, sid) == ["done"] * 5
+        result = d.stores.outputs.result(sid)
+        if floor:
+            assert time.monotonic() - started < 20  # stopped within a poll, not after 60 s
+            assert result.status == SessionStatus.ERROR and "POLAR_MIN_FREE_DISK_MB" in result.error, result.error
+        else:
+            assert "POLAR_MIN_FREE_DISK_MB" not in (result.error or ""), result.error
+
+
 def test_a_missing_command_is_an_error_not_a_crash(deps):
     [sid] = submit(deps, num_samples=1, agent={"custom_shell": "no-such-agent"})
     assert run_all(deps, sid) == ["done"] * 5

@@ -5,8 +5,10 @@ proxy captured until then still becomes a (partial) trajectory in POSTRUN."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
@@ -54,14 +56,17 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     # When the proxy stops admitting the agent's calls (wall clock, as the deadline fields it reads).
     calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
+    stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
     try:
         res = runtime.exec(
             cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=limit, log_name="agent",
-            should_cancel=_cancel_check(d, sid, lease),
+            should_cancel=_cancel_check(d, sid, lease, stopped),
         )
     finally:
         if warmup is not None:
             warmup.wait()
+    if stopped:
+        return Outcome.ERROR, stopped[0], None
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
     # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
     failed = not res.timed_out and not res.cancelled and res.exit_code != 0
@@ -97,10 +102,12 @@ def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
     return "..." + (tail[start:] if 0 <= start < limit // 2 else tail)
 
 
-def _cancel_check(d: Deps, sid: str, lease: StageLease):
-    """Polled by the runtime while the agent runs: the stage lease was lost, or a cancel was
-    requested (read from Redis at most every ``cancel_poll_seconds``)."""
+def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str]):
+    """Polled by the runtime while the agent runs: the stage lease was lost, a cancel was
+    requested (read from Redis at most every ``cancel_poll_seconds``), or the disk is running
+    full (its reason goes into ``stopped``)."""
     next_read = [time.monotonic() + d.settings.cancel_poll_seconds]  # the stage's start just read it
+    watched = (d.settings.home, d.settings.runtime_root)
 
     def should_cancel() -> bool:
         if lease.lost.is_set():
@@ -109,9 +116,32 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease):
         if now < next_read[0]:
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
+        short = disk_shortfall(watched, d.settings.min_free_disk_mb)
+        if short:
+            log.error("run %s: %s", sid, short)
+            stopped.append(short)
+            return True
         return d.stores.sessions.cancel_requested(sid)
 
     return should_cancel
+
+
+def disk_shortfall(paths: tuple[Path, ...], min_free_mb: int) -> str | None:
+    """Why a running agent must stop: a filesystem holding ``paths`` has less than ``min_free_mb``
+    MB free for us (statvfs, a few microseconds); None when every one has room, or when the
+    check is off (0)."""
+    if min_free_mb <= 0:
+        return None
+    for path in paths:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue  # (not made yet, or gone: nothing to measure)
+        free_mb = st.f_bavail * st.f_frsize / 2**20
+        if free_mb < min_free_mb:
+            return (f"stopped: the disk holding {path} has {free_mb:.0f} MB free, under POLAR_MIN_FREE_DISK_MB "
+                    f"({min_free_mb}); the agent was stopped so that Redis, the logs and the other sessions keep room")
+    return None
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:
