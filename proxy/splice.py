@@ -199,6 +199,7 @@ class Match:
     field: str
     entry: Entry
     index: int  # the history's last assistant turn
+    after: int | None = None  # how many messages follow it (the new ones)
 
 
 @dataclass
@@ -227,21 +228,27 @@ def find(entries: dict[str, Entry], chat: dict[str, Any]) -> Match | NoSplice:
         if not found:
             return NoSplice(REASONING_DIFFERS)
     name, entry = max(found, key=lambda item: item[1].seq)
-    return Match(name, entry, j)
+    return Match(name, entry, j, len(messages) - j - 1)
 
 
 # --- the new messages' ids ----------------------------------------------------------------------
 
-def tail_after_turn(base: list[int], with_new: list[int], eot: int) -> list[int] | None:
+def tail_after_turn(base: list[int], with_new: list[int], eot: int, new_messages: int | None = None) -> list[int] | None:
     """What the template renders after the recorded turn: ``with_new`` (the request with its
     generation prompt) from just after the end-of-turn token that closes that turn -- the n-th
     end-of-turn token, n being how many ``base`` (the turn's whole ids, closed) holds, since the
     rendering closes the same turns, whatever it renders inside them. None when the shapes
-    disagree: too few end-of-turn tokens, or another token after this one than after the
-    conversation's first (a template's separator, e.g. ChatML's newline)."""
+    disagree: too few end-of-turn tokens, more after the cut than the ``new_messages`` can close
+    (each closes one turn at most: an extra one means the rendering holds a turn end the
+    recorded ids do not -- text that spells the end-of-turn token, which the re-rendering parses
+    as the token; a prefill's answer sent back as a turn of its own -- and the cut would fall
+    inside the recorded turn, splicing its rest a second time), or another token after this one
+    than after the conversation's first (a template's separator, e.g. ChatML's newline)."""
     closed = [i for i, t in enumerate(base) if t == eot]
     ends = [i for i, t in enumerate(with_new) if t == eot]
     if not closed or len(ends) <= len(closed):  # the new messages close at least one turn
+        return None
+    if new_messages is not None and len(ends) - len(closed) > new_messages:
         return None
     cut = ends[len(closed) - 1] + 1
     first_after = base[closed[0] + 1] if closed[0] + 1 < len(base) else None
@@ -268,7 +275,7 @@ def splice(entries: dict[str, Entry], match: Match, with_new: list[int], eot_hin
     if eot is None:
         return NoSplice(NO_END_OF_TURN)
     closing = [] if match.entry.ended else [eot]
-    tail = tail_after_turn(base + closing, with_new, eot)
+    tail = tail_after_turn(base + closing, with_new, eot, match.after)
     if tail is None:
         return NoSplice(BOUNDARY)
     recorded = len(base)

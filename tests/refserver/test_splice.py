@@ -205,3 +205,33 @@ def test_a_rendering_whose_turns_do_not_line_up_is_not_spliced(engine):
     # the right count, but another token after the cut than the template puts after a turn
     odd = whole + [engine.tokenize_text("x", add_special_tokens=False)[0], eot(engine)]
     assert splice.splice(entries, found, odd, eot(engine)) == splice.NoSplice(splice.BOUNDARY)
+
+
+def test_a_rendering_with_more_turn_ends_than_the_recorded_ids_is_not_spliced_twice(engine):
+    """The cut counts end-of-turn tokens; a rendering that holds one the recorded ids do not put
+    it inside the recorded turn, and the rest of that turn was spliced in a second time (found by
+    a probe, silently: the next token was still the newline). (a) A sampled text that spells the
+    end-of-turn token -- ordinary tokens to the policy, the token itself to the re-rendering.
+    (b) A prefill: the answer to an open assistant turn sent back as an assistant turn of its own."""
+    tok = engine.tokenizer
+    content = "Each turn ends with <|im_end|>\nfollowed by a newline."
+    sampled = tok(content, add_special_tokens=False, split_special_tokens=True).input_ids + [eot(engine)]
+    assert eot(engine) not in sampled[:-1]  # what the policy wrote: text, not the token
+    entries: dict = {}
+    msg = {"role": "assistant", "content": content}
+    record(engine, entries, [SYSTEM, USER], {}, sampled, msg, seq=1, finish="stop")
+    history = [SYSTEM, USER, msg, {"role": "user", "content": "Thanks."}]
+    found = splice.find(entries, {"messages": history})
+    assert isinstance(found, splice.Match)
+    assert splice.splice(entries, found, engine.tokenize_chat(history), eot(engine)) == splice.NoSplice(splice.BOUNDARY)
+
+    entries = {}
+    opened = [SYSTEM, USER, {"role": "assistant", "content": "{"}]  # a prefill: the turn left open
+    prompt = engine.tokenize_chat(opened, add_generation_prompt=False)[:-2]  # (without its closing)
+    answer = {"role": "assistant", "content": '"a": 1}'}
+    record(engine, entries, opened, {}, engine.tokenize_text('"a": 1}', add_special_tokens=False) + [eot(engine)],
+           answer, seq=1, finish="stop", prompt_ids=prompt)
+    history = [*opened, answer, {"role": "user", "content": "Again."}]
+    found = splice.find(entries, {"messages": history})
+    assert isinstance(found, splice.Match)
+    assert splice.splice(entries, found, engine.tokenize_chat(history), eot(engine)) == splice.NoSplice(splice.BOUNDARY)
