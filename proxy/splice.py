@@ -15,13 +15,15 @@ end-of-turn token that closes that assistant turn. The cut is found by counting 
 tokens -- the recorded ids hold as many closed turns as the rendering of the same history,
 whatever it renders inside them -- so templates that are not append-only (a reasoning block
 dropped once a newer user turn follows, arguments re-serialised) cut in the same place; a
-rendering whose shape disagrees is not spliced.
+rendering whose shape disagrees -- or that closes more turns after the cut than it has new
+messages -- is not spliced.
 
 Turns are recorded per session as ``Entry``s (``stores/turns``-style hash: field ``key|completion``,
 kept by the proxy in its release round trip): the ids a successor starts from, as a delta on the
 turn they themselves were spliced from, so a conversation costs its length once, not once per
 call. Messages are compared as parsed messages: role, content (whitespace at the ends aside),
-tool calls by name and arguments as JSON values (ids aside), tool results; the reasoning of an
+tool calls by name and arguments as JSON values (ids aside; an integral float as its
+integer, as a JavaScript harness sends it back), tool results; the reasoning of an
 assistant turn must equal the sampled one when the harness sends it back, and may be missing.
 """
 
@@ -75,10 +77,23 @@ def _text(content: Any) -> Any:
 def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
+            return _same_numbers(json.loads(raw))
         except ValueError:
             return raw  # not JSON: compared as the text it is
-    return raw
+    return _same_numbers(raw)
+
+
+def _same_numbers(value: Any) -> Any:
+    """JSON values as a JavaScript harness sends them back: it has one number type, so the
+    policy's ``30.0`` comes back ``30`` (the six CLIs are Node programs); an integral float is
+    compared as the integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _same_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_same_numbers(v) for v in value]
+    return value
 
 
 def canonical(message: dict[str, Any], *, with_reasoning: bool = False) -> dict[str, Any]:

@@ -235,3 +235,23 @@ def test_a_rendering_with_more_turn_ends_than_the_recorded_ids_is_not_spliced_tw
     found = splice.find(entries, {"messages": history})
     assert isinstance(found, splice.Match)
     assert splice.splice(entries, found, engine.tokenize_chat(history), eot(engine)) == splice.NoSplice(splice.BOUNDARY)
+
+
+def test_arguments_a_javascript_harness_sends_back_with_its_one_number_type_still_match():
+    """The policy wrote ``"timeout": 30.0``; every harness CLI is a Node program and echoes it as
+    ``30`` (JSON.parse, JSON.stringify): the same JSON value, which matched no recorded turn (a
+    missed splice: the call was rendered and drifted)."""
+    chat = {"messages": [USER]}
+    sampled = {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": {
+        "name": "bash", "arguments": '{"command": "sleep 1", "timeout": 30.0, "nested": [{"n": 2.0}, 2.5]}'}}]}
+    name, entry = splice.entry_for(completion_id="c1", seq=1, request_messages=chat["messages"], chat=chat,
+                                   sampled=sampled, prompt_ids=[1, 2, 3], response_ids=[7, 8, 9],
+                                   finish_reason="tool_calls", parent=None, eot_hint=9)
+    echo = json.loads(json.dumps(sampled))
+    echo["tool_calls"][0]["function"]["arguments"] = '{"command":"sleep 1","timeout":30,"nested":[{"n":2},2.5]}'
+    found = splice.find({name: entry}, {"messages": [USER, echo, {"role": "tool", "tool_call_id": "a", "content": "ok"}]})
+    assert isinstance(found, splice.Match), found
+    other = json.loads(json.dumps(echo))  # a value that differs is still no match
+    other["tool_calls"][0]["function"]["arguments"] = '{"command":"sleep 1","timeout":31}'
+    assert splice.find({name: entry}, {"messages": [USER, other, {"role": "user", "content": "?"}]}) == \
+        splice.NoSplice(splice.NO_MATCH)
