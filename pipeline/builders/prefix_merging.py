@@ -34,6 +34,9 @@ from pipeline.collector import collector_paused
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
 
 EOS_FINISHES = ("stop", "tool_calls")
+# A prompt's generation prompt may end with ids the next prompt's rendering of that turn does not
+# repeat (Qwen3 with thinking off: an empty think block): that many at most, after its last turn.
+GENERATION_TAIL_MAX = 32
 # A trace's logprobs validated in one pydantic-core call: ~0.8 us a token, where
 # ``TokenLogprob.model_construct`` per token takes ~2 us (its field loop runs in Python).
 _LOGPROBS = TypeAdapter(list[TokenLogprob])
@@ -82,6 +85,7 @@ class _Stats:
     drifted_turns: int = 0  # merged turns whose training context differs from their prompt
     strict_splits: int = 0  # chains started instead of merging a drifting turn
     no_eot_breaks: int = 0  # a matching tip whose next prompt has no end-of-turn token
+    generation_tail_merges: int = 0  # turns merged past a generation prompt the next prompt drops
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -116,9 +120,11 @@ class PrefixMergingBuilder:
         tips: TipIndex[_Chain] = TipIndex()
         for c in ordered:
             probe = tips.probe(c.prompt_ids)
-            chain = _best_chain(probe.items, c)
+            chain, shared = _best_chain(probe.items, c), None
+            if chain is None and _continues(c):  # no tip is a prefix: one whose generation prompt alone differs?
+                chain, shared = _tail_chain(tips, probe, c, eot)
             old_tip = chain.node if chain is not None else None
-            if chain is None or not self._extend(chain, c, eot, stats):
+            if chain is None or not self._extend(chain, c, eot, stats, shared):
                 chain, old_tip = _Chain.start(len(chains), c), None
                 chains.append(chain)
             chain.node = tips.insert(probe, chain)
@@ -126,9 +132,12 @@ class PrefixMergingBuilder:
                 tips.remove(old_tip, chain)
         return chains
 
-    def _extend(self, chain: _Chain, c: CompletionRecord, eot: int, stats: _Stats) -> bool:
+    def _extend(self, chain: _Chain, c: CompletionRecord, eot: int, stats: _Stats, shared: int | None = None) -> bool:
+        """``shared``: the next prompt repeats only this many of the last prompt's ids (its
+        generation prompt's end differs): the turn as the next prompt shows it is then compared
+        with that end and the sampled ids together -- a drift, counted as one."""
         last = chain.records[-1]
-        tail = c.prompt_ids[len(last.prompt_ids):]
+        tail = c.prompt_ids[len(last.prompt_ids) if shared is None else shared:]
         try:
             end = tail.index(eot)
         except ValueError:
@@ -138,10 +147,12 @@ class PrefixMergingBuilder:
         # What the next prompt shows for the sampled turn, and what comes after it.
         rerendered = tail[: end + 1] if closed else tail[:end]
         interstitial = tail[end + 1:] if closed else tail[end:]
-        matches = rerendered == last.response_ids
+        sampled = last.response_ids if shared is None else last.prompt_ids[shared:] + last.response_ids
+        matches = rerendered == sampled
         if not matches and self.strict:
             stats.strict_splits += 1
             return False
+        stats.generation_tail_merges += shared is not None
         chain.add_turn(c, interstitial, matches, self.synthetic)
         stats.truncated_turns += 0 if closed else 1
         stats.drifted_turns += 0 if chain.exact else 1
@@ -190,6 +201,35 @@ def _best_chain(candidates: list[_Chain], c: CompletionRecord) -> _Chain | None:
         if best_rank is None or rank > best_rank:
             best, best_rank = chain, rank
     return best
+
+
+def _continues(c: CompletionRecord) -> bool:
+    """Whether ``c``'s request holds an assistant turn it may continue (a conversation's first
+    call holds none: no chain is looked for past the prefix search)."""
+    return any(isinstance(m, dict) and m.get("role") == "assistant" for m in c.normalized_request.get("messages") or [])
+
+
+def _tail_chain(tips: TipIndex[_Chain], probe: Any, c: CompletionRecord, eot: int) -> tuple[_Chain | None, int | None]:
+    """The chain ``c`` continues though its tip is no prefix of ``c``'s prompt: the prompts part
+    after the tip's last closed turn, within GENERATION_TAIL_MAX ids of its end (a template
+    whose generation prompt the history's rendering drops, as Qwen3's empty think block with
+    thinking off), and ``c``'s messages echo the chain's last sampled turn. Without this, every
+    call of such a conversation started a chain of its own, with no drift reported, and a
+    trainer taking one trace a session kept one call. Returns (chain, ids shared)."""
+    shared, candidates = tips.near(probe, GENERATION_TAIL_MAX)
+    if eot not in c.prompt_ids[shared:]:  # the turn is not closed after where they part
+        return None, None
+    messages = c.normalized_request.get("messages") or []
+    best = None
+    for chain in candidates:
+        prev = chain.records[-1]
+        before = prev.normalized_request.get("messages") or []
+        if eot in prev.prompt_ids[shared:] or len(messages) <= len(before) or \
+                not _same_turn(messages[len(before)], prev.response_message):
+            continue
+        if best is None or (len(prev.prompt_ids), chain.order) > (len(best.records[-1].prompt_ids), best.order):
+            best = chain
+    return (best, shared) if best is not None else (None, None)
 
 
 def _same_turn(a: Any, b: Any) -> bool:

@@ -52,6 +52,28 @@ class TipIndex(Generic[T]):
                 return Probe(ids, found, node)
             node = child
 
+    def near(self, probe: Probe[T], max_extra: int, max_nodes: int = 64) -> tuple[int, list[T]]:
+        """Where no tip is a prefix of ``probe.ids``: how many of its ids run along the tree
+        (``shared``) and the tips that go on from there by at most ``max_extra`` ids -- a prompt
+        whose last few ids the next prompt does not repeat (a template's generation prompt). Only
+        the branch the ids ran into is walked, no deeper than ``max_extra`` and through
+        ``max_nodes`` nodes at most (where many conversations part at one point, their tips are
+        far below it: the walk stays bounded however many are open)."""
+        ids, node = probe.ids, probe.node
+        d, shared, start = node.depth, node.depth, node
+        if d < len(ids) and (child := node.children.get(ids[d])) is not None:
+            shared, start = d + _shared_prefix(ids, child.source, d, child.depth), child
+        found: list[T] = []
+        stack = [start] if start is not node else list(node.children.values())[:max_nodes]
+        visited = 0
+        while stack and visited < max_nodes:
+            x = stack.pop()
+            visited += 1
+            if x.depth - shared <= max_extra:
+                found += x.items
+                stack.extend(x.children.values())
+        return shared, found
+
     def insert(self, probe: Probe[T], item: T) -> Node[T]:
         """Adds ``item`` at ``probe.ids``; the tree must not have changed since the probe."""
         ids, node = probe.ids, probe.node

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline import builders
 from pipeline.builders import BuildContext
-from pipeline.builders.prefix_merging import _same_turn
+from pipeline.builders.prefix_merging import GENERATION_TAIL_MAX, _same_turn
 from pipeline.schemas import CompletionRecord, Trace
 
 IM_START, EOT, NL, SYS, USER, ASSIST, TOOL = 1, 2, 3, 4, 5, 6, 7
@@ -269,20 +269,42 @@ def reference_chains(records: list[CompletionRecord], eot: int, strict: bool) ->
                     len(tip), order)
             if best_rank is None or rank > best_rank:
                 best, best_rank = chain, rank
-        if best is not None and joins(best[-1], c, eot, strict):
+        shared = None
+        if best is None:  # no tip is a prefix: the tips the prompt parts from last, a few ids before their end
+            shared = max((common_prefix(chain[-1].prompt_ids, c.prompt_ids) for chain in chains), default=0)
+            for order, chain in enumerate(chains):
+                prev = chain[-1]
+                before = prev.normalized_request.get("messages") or []
+                if (common_prefix(prev.prompt_ids, c.prompt_ids) == shared
+                        and len(prev.prompt_ids) - shared <= GENERATION_TAIL_MAX and eot in c.prompt_ids[shared:]
+                        and eot not in prev.prompt_ids[shared:] and len(messages) > len(before)
+                        and _same_turn(messages[len(before)], prev.response_message)
+                        and (best is None or len(prev.prompt_ids) >= len(best[-1].prompt_ids))):
+                    best = chain
+        if best is not None and joins(best[-1], c, eot, strict, shared if best is not None else None):
             best.append(c)
         else:
             chains.append([c])
     return [[r.completion_id for r in chain] for chain in chains]
 
 
-def joins(prev: CompletionRecord, c: CompletionRecord, eot: int, strict: bool) -> bool:
-    tail = c.prompt_ids[len(prev.prompt_ids):]
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def joins(prev: CompletionRecord, c: CompletionRecord, eot: int, strict: bool, shared: int | None = None) -> bool:
+    tail = c.prompt_ids[len(prev.prompt_ids) if shared is None else shared:]
     if eot not in tail:
         return False
     closed = bool(prev.response_ids) and prev.response_ids[-1] == eot
     shown = tail[: tail.index(eot) + (1 if closed else 0)]
-    return not strict or shown == prev.response_ids
+    sampled = prev.response_ids if shared is None else prev.prompt_ids[shared:] + prev.response_ids
+    return not strict or shown == sampled
 
 
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -291,3 +313,37 @@ def test_indexed_chain_search_picks_what_a_scan_of_every_chain_picks(records, st
     traj = build(records, end_of_turn_token_id=EOT, strict=strict)
     check_invariants(traj, records)
     assert [t.metadata["completion_ids"] for t in traj.traces] == reference_chains(records, EOT, strict)
+
+
+def test_a_generation_prompt_the_next_prompt_does_not_repeat_still_merges_as_drift():
+    """Qwen3 with thinking off: every prompt ends with an empty think block after the assistant
+    header, which the next prompt's rendering of that turn leaves out, so no prompt was a prefix
+    of the next. Each call started a chain of its own with no drift reported, and a trainer
+    taking one trace a session kept one call of five. Now they merge, each turn after the first
+    flagged (its context is not the one it was sampled after); strict still splits them."""
+    THINK, END_THINK = 8, 9
+    empty_think = [THINK, NL, NL, END_THINK, NL, NL]
+    history = [*turn_ids(SYS, [100]), *turn_ids(USER, [200, 201])]
+    messages: list[dict] = [{"role": "user", "content": "go"}]
+    records = []
+    for seq in range(1, 6):
+        prompt = history + GEN + empty_think
+        body = [300 + seq, 400 + seq]
+        answer = {"role": "assistant", "content": f"step {seq}"}
+        records.append(CompletionRecord(
+            completion_id=f"c{seq}", session_id="s", seq=seq, provider="openai_chat", started_at=float(seq),
+            finished_at=float(seq), upstream_latency_ms=1.0, prompt_ids=prompt, response_ids=body + [EOT],
+            response_logprobs=[-0.5] * 3, response_tokens=None, finish_reason="stop", response_message=answer,
+            normalized_request={"messages": list(messages)}))
+        history = history + [IM_START, ASSIST, NL, *body, EOT, NL] + turn_ids(TOOL, [500 + seq])
+        messages += [answer, {"role": "tool", "content": f"out {seq}"}]
+    ctx = BuildContext(session_id="s", task_id="t")
+    trajectory = builders.create("prefix_merging").build(records, ctx)
+    [trace] = trajectory.traces
+    stats = trajectory.metadata["reconstruction"]
+    assert stats["chains_total"] == 1 and stats["generation_tail_merges"] == 4 and stats["drifted_turns"] == 4
+    sampled = [t for r in records for t in r.response_ids]
+    assert [t for t, m in zip(trace.response_ids, trace.loss_mask) if m == 1.0] == sampled  # every sampled id, once
+    assert [turn["context_matches"] for turn in trace.metadata["turns"]] == [True, False, False, False, False]
+    strict = builders.create("prefix_merging", {"strict": True}).build(records, ctx)
+    assert len(strict.traces) == 5 and strict.metadata["reconstruction"]["strict_splits"] == 4
