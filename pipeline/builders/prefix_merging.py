@@ -37,6 +37,7 @@ EOS_FINISHES = ("stop", "tool_calls")
 # A prompt's generation prompt may end with ids the next prompt's rendering of that turn does not
 # repeat (Qwen3 with thinking off: an empty think block): that many at most, after its last turn.
 GENERATION_TAIL_MAX = 32
+EOT_LOOKBACK = 8  # calls before each searched for the turn it continues, when no turn ended on its own
 # A trace's logprobs validated in one pydantic-core call: ~0.8 us a token, where
 # ``TokenLogprob.model_construct`` per token takes ~2 us (its field loop runs in Python).
 _LOGPROBS = TypeAdapter(list[TokenLogprob])
@@ -261,9 +262,19 @@ def _response_messages(records: list[CompletionRecord]) -> list[dict[str, Any]]:
 
 def detect_eot(records: list[CompletionRecord]) -> int | None:
     """The end-of-turn id: the last sampled token of turns that ended naturally (not on a
-    stop string), by majority."""
+    stop string), by majority. A session whose every turn was cut (by max_tokens) has none:
+    then the token a later prompt puts right after such a turn, re-rendered as sampled, is the
+    one the template closes it with (looked for among a few calls before each; without it
+    nothing merged and a trainer taking one trace kept one call)."""
     ends = Counter(c.response_ids[-1] for c in records
                    if c.response_ids and c.finish_reason in EOS_FINISHES and not isinstance(c.stop_reason, str))
+    if not ends:
+        for i, later in enumerate(records):
+            for cut in records[max(0, i - EOT_LOOKBACK):i]:
+                at, n = len(cut.prompt_ids), len(cut.response_ids)
+                if n and len(later.prompt_ids) > at + n and later.prompt_ids[:at] == cut.prompt_ids \
+                        and later.prompt_ids[at:at + n] == cut.response_ids:
+                    ends[later.prompt_ids[at + n]] += 1
     return ends.most_common(1)[0][0] if ends else None
 
 

@@ -161,9 +161,10 @@ def test_end_of_turn_token_is_detected_and_truncation_closes_the_turn():
 
 def test_unmergeable_sessions_fall_back_to_one_trace_per_completion():
     rng = random.Random(2)
-    conv = Conversation(rng)
-    recs = [conv.sample(truncated=True, drift=False, seq=i, clock=float(i)) for i in range(3)]
-    traj = build(recs)  # every turn truncated: no end-of-turn token can be learnt from the data
+    # Every turn truncated, each a conversation of its own: no end-of-turn token can be learnt
+    # from the data (none ended on it, no later prompt shows one closed).
+    recs = [Conversation(rng).sample(truncated=True, drift=False, seq=i, clock=float(i)) for i in range(3)]
+    traj = build(recs)
     assert traj.metadata["end_of_turn_token_id"] is None and len(traj.traces) == 3
 
 
@@ -347,3 +348,24 @@ def test_a_generation_prompt_the_next_prompt_does_not_repeat_still_merges_as_dri
     assert [turn["context_matches"] for turn in trace.metadata["turns"]] == [True, False, False, False, False]
     strict = builders.create("prefix_merging", {"strict": True}).build(records, ctx)
     assert len(strict.traces) == 5 and strict.metadata["reconstruction"]["strict_splits"] == 4
+
+
+def test_the_end_of_turn_token_is_found_from_the_prompts_when_every_turn_was_cut():
+    """Every call cut by max_tokens: no turn ended on the end-of-turn token, so none was known
+    and nothing merged (a trainer taking one trace a session kept one call of five). The token
+    a later prompt puts right after a cut turn, re-rendered as sampled, is the one."""
+    history = [*turn_ids(SYS, [100]), *turn_ids(USER, [200, 201])]
+    records = []
+    for seq in range(1, 6):
+        body = [300 + seq, 400 + seq, 500 + seq]
+        records.append(CompletionRecord(
+            completion_id=f"c{seq}", session_id="s", seq=seq, provider="openai_chat", started_at=float(seq),
+            finished_at=float(seq), upstream_latency_ms=1.0, prompt_ids=history + GEN, response_ids=body,
+            response_logprobs=[-0.5] * 3, response_tokens=None, finish_reason="length",
+            response_message={"role": "assistant", "content": f"cut {seq}"}, normalized_request={"messages": []}))
+        history = history + [IM_START, ASSIST, NL, *body, EOT, NL] + turn_ids(TOOL, [600 + seq])
+    trajectory = builders.create("prefix_merging").build(records, BuildContext(session_id="s", task_id="t"))
+    assert trajectory.metadata["end_of_turn_token_id"] == EOT
+    [trace] = trajectory.traces
+    assert [t for t, m in zip(trace.response_ids, trace.loss_mask) if m == 1.0] == [t for r in records for t in r.response_ids]
+    assert trajectory.metadata["reconstruction"]["truncated_turns"] == 4
