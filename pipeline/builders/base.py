@@ -8,6 +8,18 @@ from typing import Any, Protocol, runtime_checkable
 from pipeline.errors import BuildError  # noqa: F401  (the seam's error, re-exported)
 from pipeline.schemas import CompletionRecord, Trajectory
 
+# The request fields that shape the distribution a call's tokens were drawn from. An engine's
+# logprobs are the model's own (vLLM's default), not those of the distribution these truncate or
+# reshape (a harness's top_k, its temperature): a trainer correcting for how a token was sampled
+# needs them, call by call. Empty: the engine's defaults.
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                   "repetition_penalty", "logit_bias", "seed")
+
+
+def sampling_of(request: dict[str, Any]) -> dict[str, Any]:
+    """The sampling settings a call was sent with (its normalized request's)."""
+    return {k: request[k] for k in SAMPLING_FIELDS if request.get(k) is not None}
+
 
 @dataclass(frozen=True)
 class BuildContext:

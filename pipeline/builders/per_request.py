@@ -6,7 +6,7 @@ Lossless for each call, but a long agent session becomes many short samples (the
 
 from __future__ import annotations
 
-from pipeline.builders.base import BuildContext
+from pipeline.builders.base import BuildContext, sampling_of
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
 
 
@@ -39,6 +39,6 @@ class PerRequestBuilder:
             finish_reason=c.finish_reason,
             metadata=ctx.trace_metadata(
                 self.name, completion_id=c.completion_id, provider=c.provider,
-                policy_version=c.policy_version or ctx.metadata.get("policy_version"),
+                policy_version=c.policy_version or ctx.metadata.get("policy_version"), sampling=sampling_of(req),
             ),
         )

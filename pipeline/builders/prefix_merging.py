@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from pipeline.builders.base import BuildContext, BuildError
+from pipeline.builders.base import BuildContext, BuildError, sampling_of
 from pipeline.builders.tip_index import Node, TipIndex
 from pipeline.collector import collector_paused
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
@@ -70,7 +70,8 @@ class _Chain:
         self.tokens += [None] * len(interstitial)
         self.turns.append({"completion_id": c.completion_id, "response_start": len(self.response),
                            "response_len": len(c.response_ids), "interstitial_len": len(interstitial),
-                           "finish_reason": c.finish_reason, "context_matches": self.exact})
+                           "finish_reason": c.finish_reason, "context_matches": self.exact,
+                           "sampling": sampling_of(c.normalized_request)})
         self.response += c.response_ids
         self.mask += [1.0] * len(c.response_ids)
         self.logprobs += c.response_logprobs

@@ -369,3 +369,19 @@ def test_the_end_of_turn_token_is_found_from_the_prompts_when_every_turn_was_cut
     [trace] = trajectory.traces
     assert [t for t, m in zip(trace.response_ids, trace.loss_mask) if m == 1.0] == [t for r in records for t in r.response_ids]
     assert trajectory.metadata["reconstruction"]["truncated_turns"] == 4
+
+
+def test_traces_say_how_each_call_was_sampled():
+    """Gemini CLI sends top_p 0.95 and top_k 64 on every call; the engine's logprobs are the
+    model's own, not those of that truncated distribution, and nothing in a trace said so: each
+    call's sampling settings are now in its trace (per_request) or its turn (prefix_merging)."""
+    rng = random.Random(4)
+    conv = Conversation(rng)
+    recs = [conv.sample(truncated=False, drift=False, seq=i, clock=float(i)) for i in range(2)]
+    recs[0].normalized_request = {**recs[0].normalized_request, "temperature": 1.0, "top_p": 0.95, "top_k": 64,
+                                  "max_tokens": 512, "seed": None}
+    per_request = builders.create("per_request").build(recs, BuildContext(session_id="s", task_id="t"))
+    assert per_request.traces[0].metadata["sampling"] == {"temperature": 1.0, "top_p": 0.95, "top_k": 64}
+    assert per_request.traces[1].metadata["sampling"] == {}  # the engine's defaults
+    [trace] = build(recs, end_of_turn_token_id=EOT).traces
+    assert [t["sampling"] for t in trace.metadata["turns"]] == [{"temperature": 1.0, "top_p": 0.95, "top_k": 64}, {}]
