@@ -53,7 +53,8 @@ def make_home(settings: Settings) -> Path:
 def _replaceable(home: Path) -> str | None:
     """Why another user could replace ``home`` (or a folder on its way) by one of theirs; None: no one can."""
     me = os.getuid()
-    for path in [home.absolute(), *home.absolute().parents, *home.resolve().parents]:
+    # (the folders on the way as given and as resolved: the same ones, mostly, looked at once)
+    for path in dict.fromkeys([home.absolute(), *home.absolute().parents, *home.resolve().parents]):
         info = path.lstat()
         if info.st_uid not in (me, 0):
             return f"{path} is another user's"

@@ -103,7 +103,6 @@ class VerifyError(PolarError):
     pass
 
 
-
 def unreadable_body(exc: BaseException) -> tuple[int, str] | None:
     """The status and reason to answer when ``exc`` (werkzeug's ``ClientDisconnected``) came from
     the HTTP worker refusing to read on (infra/gevent_worker.py): a body slower than its pace or

@@ -100,12 +100,12 @@ def task_callback_lease(tid: str) -> str:
 
 TASKS_INDEX = f"{PREFIX}:tasks"  # sorted set: task id -> submit time (trimmed to the task TTL)
 REAPER_LOCK = f"{PREFIX}:reaper"  # one reaper pass at a time across all workers
+CALLBACKS_DUE = f"{PREFIX}:callbacks:due"  # zset: task id -> when its callback delivery is due
 
 
 def prune_lock(host: str) -> str:
     """One worker of a host prunes its old artifacts and results files per interval."""
     return f"{PREFIX}:prune:{host}"
-CALLBACKS_DUE = f"{PREFIX}:callbacks:due"  # zset: task id -> when its callback delivery is due
 
 # --- stage leases ----------------------------------------------------------------------------
 # One entry per (stage, session) a worker is running, in one slot ({leases}) so a script updates

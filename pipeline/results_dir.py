@@ -27,7 +27,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pipeline.blobs import decode_result, encode_result
 from pipeline.codec import pack, unpack
@@ -155,28 +155,30 @@ def remove_old(root: Path, keep_seconds: float, now: float, *, whole_index: bool
                 continue
         except FileNotFoundError:
             continue
-        for f in folder.iterdir():
-            try:
-                if f.is_file() and now - f.stat().st_mtime > keep_seconds:
-                    f.unlink()
-                    if not f.name.startswith("."):
-                        removed += 1
-                        _unindex(root, f.name)
-            except FileNotFoundError:  # another worker's reaper pruned it first
-                continue
+        for name in _unlink_old(folder, keep_seconds, now):
+            if not name.startswith("."):
+                removed += 1
+                _unindex(root, name)
         try:
             folder.rmdir()  # only when empty
         except OSError:
             pass
     index = root / INDEX
     if whole_index and index.is_dir() and not index.is_symlink():
-        for f in index.iterdir():
-            try:
-                if f.is_file() and now - f.stat().st_mtime > keep_seconds:
-                    f.unlink()
-            except FileNotFoundError:
-                continue
+        for _ in _unlink_old(index, keep_seconds, now):
+            pass
     return removed
+
+
+def _unlink_old(folder: Path, keep_seconds: float, now: float) -> Iterator[str]:
+    """Delete the files of ``folder`` older than ``keep_seconds``; yields each one's name."""
+    for f in folder.iterdir():
+        try:
+            if f.is_file() and now - f.stat().st_mtime > keep_seconds:
+                f.unlink()
+                yield f.name
+        except FileNotFoundError:  # another worker's reaper pruned it first
+            continue
 
 
 def _unindex(root: Path, file_name: str) -> None:
