@@ -34,6 +34,13 @@ _CONTEXT_LENGTH = [
     re.compile(r"maximum context length (?:is|of) (\d+)", re.I),  # vLLM (all versions), SGLang, OpenAI
     re.compile(r"context length is only (\d+) tokens", re.I),  # vLLM's renderer (2026)
     re.compile(r"longer than the model's context length \((\d+) tokens\)", re.I),  # SGLang, prompt alone
+    re.compile(r"longer than the maximum model length of (\d+)", re.I),  # vLLM's engine-level check
+    # SGLang's chat route, before it reads the prompt, for an output limit over the whole context
+    # ("max_completion_tokens is too large: 32000.This model supports at most 4096 completion
+    # tokens."): the number is its context length. OpenAI's like-worded refusal ("... 16384
+    # completion tokens, whereas you provided ...") names a model's output cap instead, and has a
+    # space after the period: not matched.
+    re.compile(r"is too large: \d+\.This model supports at most (\d+) completion tokens", re.I),
 ]
 # vLLM's renderer when max_tokens alone exceeds the context ("max_tokens=32000 cannot be greater
 # than max_model_len=max_total_tokens=4096").
@@ -45,6 +52,7 @@ _EXACT_PROMPT = [
     re.compile(r"your prompt contains (\d+) input tokens", re.I),  # vLLM 0.25 when it tokenised it all
     re.compile(r"(\d+) tokens from the input messages", re.I),  # SGLang
     re.compile(r"the input \((\d+) tokens\) is longer", re.I),  # SGLang, prompt alone
+    re.compile(r"the decoder prompt \(length (\d+)\) is longer", re.I),  # vLLM's engine-level check
     re.compile(r"your messages resulted in (\d+) tokens", re.I),  # OpenAI (another gateway in front)
 ]
 # Lower bounds: newer vLLM stops tokenising one token past what could fit.

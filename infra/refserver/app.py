@@ -1,8 +1,9 @@
 """Flask app speaking vLLM's (default) or SGLang's OpenAI-compatible dialect on top of ModelEngine.
 
 Routes, request flow and output parsing live here; request fields are read by params.py and the
-dialect-specific response shapes are built by dialects.py. Errors are vLLM-shaped
-``{"error": {...}}`` in both dialects; bad input is a 4xx, never a 500. ``create_app`` returns a
+dialect-specific response shapes are built by dialects.py. Errors, context refusals included, are
+worded and shaped as the dialect's engine does (vLLM ``{"error": {...}}``, SGLang's top-level
+``{"object": "error", ...}``); bad input is a 4xx, never a 500. ``create_app`` returns a
 plain Flask (WSGI) app; serve it with any threaded server.
 """
 
@@ -39,6 +40,7 @@ from .params import (
     render_args,
     resolve_max_tokens,
     sampling_args,
+    sglang_context_check,
     sglang_sampling,
     token_ids,
     validate_tools,
@@ -50,9 +52,9 @@ _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAll
                 413: "RequestEntityTooLargeError", 500: "InternalServerError"}
 
 
-def _error(message: str, status: int) -> Response:
-    err = {"message": message, "type": _ERROR_TYPES.get(status, "APIError"), "param": None, "code": status}
-    return Response(json.dumps({"error": err}), status=status, mimetype="application/json")
+def _error(shape, message: str, status: int) -> Response:
+    body = shape.error_body(message, status, _ERROR_TYPES.get(status, "APIError"))
+    return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
 def _ok(obj) -> Response:
@@ -87,6 +89,9 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
     if generate_policy and generate_policy not in policies:
         raise ValueError(f"generate_policy {generate_policy!r} is not one of the policies")
     app = Flask("refserver")
+
+    def chat_check(engine: ModelEngine, prompt_len: int, requested) -> None:
+        shape.check_context(engine, prompt_len, requested, chat=True)
     # (a body the proxy would never send: its own limit is POLAR_MAX_REQUEST_BYTES, 64 MB)
     app.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     created = int(time.time())
@@ -103,20 +108,20 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
 
     @app.errorhandler(APIError)
     def _api_error(exc: APIError):
-        return _error(exc.message, exc.status)
+        return _error(shape, exc.message, exc.status)
 
     @app.errorhandler(ValueError)
     def _value_error(exc: ValueError):  # ContextLengthError, ChatTemplateError, token-id checks
-        return _error(str(exc), 400)
+        return _error(shape, str(exc), 400)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
-        return _error(exc.description or exc.name, exc.code or 500)
+        return _error(shape, exc.description or exc.name, exc.code or 500)
 
     @app.errorhandler(Exception)
     def _internal(exc: Exception):
         app.logger.exception("internal error")
-        return _error(f"Internal server error: {type(exc).__name__}: {exc}", 500)
+        return _error(shape, f"Internal server error: {type(exc).__name__}: {exc}", 500)
 
     @app.get("/health")
     def health():
@@ -155,11 +160,11 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         gen = None
         if policy is not None and policy.turn_for(messages) is not None:
             # A script turn is not cut to default_max_tokens: only an explicit limit truncates it.
-            limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, engine.max_model_len)
+            limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, engine.max_model_len, chat_check)
             gen = policy.respond(engine, messages, prompt_ids, max_tokens=limit, top_logprobs=top,
                                  stop=sampling["stop"], include_stop=sampling["include_stop_str_in_output"])
         if gen is None:
-            limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, default_max_tokens)
+            limit = resolve_max_tokens(engine, len(prompt_ids), max_tokens, default_max_tokens, chat_check)
             gen = engine.generate(prompt_ids, max_tokens=limit, top_logprobs=top, **sampling)
 
         # Ids and logprobs cover everything sampled, think block included; only the text is split.
@@ -216,7 +221,7 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
             requested = None  # explicit null: whatever the context allows, as in vLLM
         else:
             requested = get_int(body, "max_tokens", 16, 0)
-        limit = resolve_max_tokens(engine, len(prompt_ids), requested, engine.max_model_len)
+        limit = resolve_max_tokens(engine, len(prompt_ids), requested, engine.max_model_len, shape.check_context)
         gen = scripted(policy, prompt_ids, limit, k, sampling)
         if gen is None and limit > 0:
             gen = engine.generate(prompt_ids, max_tokens=limit, top_logprobs=k, **sampling)
@@ -270,7 +275,7 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         # Absent: SGLang's default of 128; an explicit null: the room left, as SGLang's scheduler fills it.
         requested = None if "max_new_tokens" in params and params["max_new_tokens"] is None else \
             get_int(params, "max_new_tokens", 128, 0)
-        limit = resolve_max_tokens(engine, len(ids), requested, engine.max_model_len)
+        limit = resolve_max_tokens(engine, len(ids), requested, engine.max_model_len, sglang_context_check)
         sampling = sampling_args(sglang_sampling(params), engine)
         want_lp = get_bool(body, "return_logprob", False)
         k = get_int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) if want_lp else 0

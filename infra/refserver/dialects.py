@@ -10,9 +10,9 @@ against the fields its engine really sends, so one generation is reported in two
   ``return_meta_info`` add per-choice ``prompt_token_ids`` / ``response_token_ids`` /
   ``meta_info``; ``matched_stop`` replaces ``stop_reason``; reasoning is ``reasoning_content``.
 
-Only the chat route, /tokenize, /detokenize and /v1/models differ (and where a chat request
-may carry its prompt's ids: vLLM's token-in route, SGLang's ``input_ids``); /v1/completions is
-vLLM-shaped in both modes. No request validation lives here beyond reading the dialect's own flags.
+Only the chat route, /tokenize, /detokenize, /v1/models, error bodies and context refusals
+differ (and where a chat request may carry its prompt's ids: vLLM's token-in route, SGLang's
+``input_ids``); /v1/completions is vLLM-shaped in both modes. No request validation lives here beyond reading the dialect's own flags.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from .engine import Generation, ModelEngine
-from .params import get_bool, prompt_logprobs_k
+from .params import get_bool, prompt_logprobs_k, sglang_context_check, vllm_context_check
 
 # Per-choice field for the sampled ids under return_token_ids. Named as the project specified;
 # upstream SGLang's chat route (PR sgl-project/sglang#30917) calls it "token_ids". One place to
@@ -110,6 +110,12 @@ class VLLMDialect:
     tokens_route: str | None = TOKENS_ROUTE  # infra/vllm_ext adds it to a real vLLM server
     chat_token_field: str | None = None  # stock vLLM's chat route ignores any ids field
 
+    def check_context(self, engine: ModelEngine, prompt_len: int, requested, *, chat: bool = False) -> None:
+        vllm_context_check(engine, prompt_len, requested)
+
+    def error_body(self, message: str, status: int, kind: str) -> dict:
+        return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
     def chat_options(self, body: dict) -> dict:
         return {"as_ids": get_bool(body, "return_tokens_as_token_ids", False),
                 "return_ids": get_bool(body, "return_token_ids", False),
@@ -169,6 +175,13 @@ class SGLangDialect:
     # SGLang's own chat request takes pre-tokenised ids, bypassing the template (messages still
     # drive stop tokens and tool parsing).
     chat_token_field: str | None = "input_ids"
+
+    def check_context(self, engine: ModelEngine, prompt_len: int, requested, *, chat: bool = False) -> None:
+        sglang_context_check(engine, prompt_len, requested, chat=chat)
+
+    def error_body(self, message: str, status: int, kind: str) -> dict:
+        # SGLang's ErrorResponse sits at the top level (vLLM wraps it in "error").
+        return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
 
     def chat_options(self, body: dict) -> dict:
         # return_tokens_as_token_ids, prompt_logprobs and the other vLLM extras are unknown to

@@ -186,13 +186,40 @@ def render_args(body: dict) -> dict:
             "continue_final_message": cont, "chat_template_kwargs": kwargs}
 
 
-def resolve_max_tokens(engine: ModelEngine, prompt_len: int, requested, default: int) -> int:
+def resolve_max_tokens(engine: ModelEngine, prompt_len: int, requested, default: int, check=None) -> int:
+    """The output limit to generate with; ``check(engine, prompt_len, requested)`` refuses what
+    does not fit, in its engine's words (the dialect's ``check_context``; vLLM's by default)."""
+    (check or vllm_context_check)(engine, prompt_len, requested)
+    if requested is not None:
+        return requested
+    return min(default, engine.max_model_len - prompt_len)
+
+
+def vllm_context_check(engine: ModelEngine, prompt_len: int, requested) -> None:
+    """vLLM's refusals: prompt + output over the context; with no output limit, a prompt that
+    leaves no room."""
     if requested is not None:
         engine.check_context(prompt_len, requested)
-        return requested
-    remaining = engine.max_model_len - prompt_len
-    if remaining <= 0:
+    elif engine.max_model_len - prompt_len <= 0:
         raise ContextLengthError(
             f"This model's maximum context length is {engine.max_model_len} tokens. However, your request has "
             f"{prompt_len} input tokens. Please reduce the length of the input messages.")
-    return min(default, remaining)
+
+
+def sglang_context_check(engine: ModelEngine, prompt_len: int, requested, *, chat: bool = False) -> None:
+    """SGLang's refusals (tokenizer_manager's request validation), in its words: a prompt of the
+    whole context, then prompt + output reaching it (SGLang keeps one token of the context free);
+    its chat route first refuses an output limit over the whole context, before the prompt is read."""
+    context = engine.max_model_len
+    if chat and requested is not None and requested > context:
+        raise ContextLengthError(f"max_completion_tokens is too large: {requested}.This model supports at most "
+                                 f"{context} completion tokens.")
+    if prompt_len >= context:
+        raise ContextLengthError(f"The input ({prompt_len} tokens) is longer than the model's context length "
+                                 f"({context} tokens).")
+    if requested is not None and prompt_len + requested >= context:
+        raise ContextLengthError(
+            f"Requested token count exceeds the model's maximum context length of {context} tokens. You requested "
+            f"a total of {prompt_len + requested} tokens: {prompt_len} tokens from the input messages and "
+            f"{requested} tokens for the completion. Please reduce the number of tokens in the input messages or "
+            "the completion to fit within the limit.")

@@ -127,10 +127,14 @@ def test_newer_vllm_wording_is_fitted_through_tokenize(engine, r, redis_url, tmp
         f"prompt is too long: {len(count)} tokens > {CONTEXT - 1} maximum"
 
 
-def test_sglang_keeps_one_token_of_the_context_free(engine, r, redis_url, tmp_path):
-    app, _ = stack(engine, redis_url, tmp_path, dialect="sglang")
+@pytest.mark.parametrize("max_tokens", [32000, 250])
+def test_sglang_keeps_one_token_of_the_context_free(engine, r, redis_url, tmp_path, max_tokens):
+    """In SGLang's own words: an output limit over the whole context is refused before the prompt
+    is read (the proxy counts it), one over the room left names the prompt's size."""
+    app, transport = stack(engine, redis_url, tmp_path, dialect="sglang")
     key = running_session(redis_url)
-    assert ask("chat", sdk_clients(app, key), "sdk-think", 32000) == "42"
+    assert ask("chat", sdk_clients(app, key), "sdk-think", max_tokens) == "42"
+    assert trips(transport) == ([CHAT, MODELS, TOKENIZE, CHAT] if max_tokens > CONTEXT else [CHAT, MODELS, CHAT])
     [rec] = raw_records(redis_url, key)
     assert rec["sent_max_tokens"] == CONTEXT - len(rec["prompt_ids"]) - 1  # SGLang refuses prompt + max == context
 

@@ -198,8 +198,8 @@ def test_sglang_input_ids_other_context_and_errors(sg, engine):
     data = post(sg, "/v1/chat/completions", {"messages": CONVO, "max_tokens": 2, "return_prompt_token_ids": True,
                                              "input_ids": other})
     assert data["choices"][0]["prompt_token_ids"] == other
-    assert "out of vocabulary" in post(sg, "/v1/chat/completions", {"messages": CONVO, "input_ids": [10**9]},
-                                       status=400)["error"]["message"]
+    error = post(sg, "/v1/chat/completions", {"messages": CONVO, "input_ids": [10**9]}, status=400)
+    assert error["object"] == "error" and "out of vocabulary" in error["message"]  # SGLang's top-level error
     # No token-in route on SGLang: a client that expects one hears so instead of a re-rendering.
     assert sg.post(TOKENS_ROUTE, data=json.dumps({"messages": CONVO, TOKEN_IDS_FIELD: other}),
                    content_type="application/json").status_code == 404
@@ -267,4 +267,11 @@ def test_generate_reads_sglang_sampling_names(engine):
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": None, "ignore_eos": True}}
     assert post(small, "/generate", body)["meta_info"]["completion_tokens"] == 5
     del body["sampling_params"]["max_new_tokens"]
-    assert "maximum context length" in post(small, "/generate", body, status=400)["error"]["message"]
+    # SGLang's own refusal: prompt + the default 128 reach the context
+    assert post(small, "/generate", body, status=400)["message"].startswith(
+        f"Requested token count exceeds the model's maximum context length of {len(ids) + 5} tokens. "
+        f"You requested a total of {len(ids) + 128} tokens: {len(ids)} tokens from the input messages")
+    body["sampling_params"]["max_new_tokens"] = 5  # prompt + output == context: SGLang keeps one token free
+    assert "maximum context length" in post(small, "/generate", body, status=400)["message"]
+    body["sampling_params"]["max_new_tokens"] = 4
+    assert post(small, "/generate", body)["meta_info"]["completion_tokens"] == 4

@@ -46,6 +46,13 @@ from proxy.providers import PROVIDERS, Parsed
      EngineRefusal(64000, 7897, True)),
     ("The input (10009 tokens) is longer than the model's context length (128 tokens).",
      EngineRefusal(128, 10009, True)),
+    # SGLang's chat route (serving_chat._validate_request): an output limit over the context, its
+    # own spacing; the prompt is not read yet
+    ("max_completion_tokens is too large: 32000.This model supports at most 4096 completion tokens.",
+     EngineRefusal(4096, None, False)),
+    # vLLM's engine-level check (the processor's _validate_model_input)
+    ("The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure that "
+     "`max_model_len` is no smaller than the number of text tokens.", EngineRefusal(8192, 9000, True)),
 ])
 def test_engine_refusals_are_read(message, refusal):
     assert read_refusal(message) == refusal
@@ -54,6 +61,9 @@ def test_engine_refusals_are_read(message, refusal):
 @pytest.mark.parametrize("message", [
     "The model `gpt-5` does not exist.", "'messages' must be a non-empty list",
     "max_tokens must be at least 1, got 0", "top_logprobs cannot be greater than 20",
+    # OpenAI's refusal of an output limit over a model's output cap: not its context length
+    "max_tokens is too large: 32000. This model supports at most 16384 completion tokens, whereas you "
+    "provided 32000.",
 ])
 def test_other_refusals_are_not_about_the_context(message):
     assert read_refusal(message) is None
