@@ -10,6 +10,10 @@ training context differs from the prompt they were sampled from) are reported wi
 logprob error; they are violations only with ``fail_on_drift``. Given the session's completion
 records, the trainable ids are also checked against the ids each completion sampled.
 
+A trace that fills the engine's context (a last turn cut at the length limit) cannot be scored
+whole: scoring asks the engine for one more token, which both engines refuse. It is scored
+without its last token, which is reported as ``unscored`` and is not a violation.
+
     report = Verifier("http://vllm:8000", engine="vllm").verify(result.trajectory, records)
     print(report.summary()); sys.exit(0 if report.ok else 1)
 """
@@ -24,6 +28,7 @@ import httpx
 from pipeline.errors import CaptureError, VerifyError
 from pipeline.schemas import CompletionRecord, Trace, Trajectory
 from proxy import upstream
+from proxy.context_limits import read_refusal
 
 
 @dataclass
@@ -47,6 +52,7 @@ class TraceReport:
     drifted_turns: list[TurnReport] = field(default_factory=list)
     turns: int = 0
     error: str | None = None
+    unscored: int = 0  # trainable tokens past what the engine's context let it score
 
     @property
     def ok(self) -> bool:
@@ -71,6 +77,8 @@ class Report:
             drift = f"{len(t.drifted_turns)}" + (f" (max {max(d.max_abs_diff for d in t.drifted_turns):.2e})"
                                                   if t.drifted_turns else "")
             status = t.error or ("ok" if t.ok else "VIOLATION")
+            if t.unscored and not t.error:
+                status += f" ({t.unscored} last token unscored: the trace fills the context)"
             lines.append(f"{t.index:>5} {t.turns:>5} {t.trainable:>9} {t.masked:>7} {t.max_abs_diff:>10.2e} "
                          f"{t.violations:>4} {'-' if t.id_mismatches is None else t.id_mismatches:>5} {drift:>7}  {status}")
         lines.append(f"{len(self.traces)} traces, tolerance {self.tolerance:g}: "
@@ -83,10 +91,11 @@ class Report:
 
 class Verifier:
     def __init__(self, upstream_url: str, model: str | None = None, *, engine: str = "vllm",
-                 tolerance: float = 1e-4, fail_on_drift: bool = False, timeout: float = 600.0) -> None:
+                 tolerance: float = 1e-4, fail_on_drift: bool = False, timeout: float = 600.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         self.url = upstream_url.split(",")[0].rstrip("/")
         self.engine = upstream.create(engine)
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, transport=transport)
         self.model = model or self._first_model()
         self.tolerance = tolerance
         self.fail_on_drift = fail_on_drift
@@ -99,8 +108,14 @@ class Verifier:
             raise VerifyError(f"cannot list models at {self.url}: {exc}") from exc
 
     def token_logprobs(self, ids: list[int]) -> list[float | None]:
-        """logprob of ids[i] given ids[:i] (None for i=0), from the engine's prompt logprobs."""
+        """logprob of ids[i] given ids[:i] (None for i=0), from the engine's prompt logprobs.
+        When the engine refuses the sequence for length (it fills the context, and scoring asks
+        for one token more), the last id is left out: the list is one shorter than ``ids``."""
         resp = self._http.post(f"{self.url}{self.engine.score_path}", json=self.engine.score_request(ids, self.model))
+        if resp.status_code == 400 and len(ids) > 2 and read_refusal(resp.text) is not None:
+            ids = ids[:-1]
+            resp = self._http.post(f"{self.url}{self.engine.score_path}",
+                                   json=self.engine.score_request(ids, self.model))
         if resp.status_code >= 400:
             raise VerifyError(f"engine refused the scoring request ({resp.status_code}): {resp.text[:300]}")
         try:
@@ -129,6 +144,9 @@ class Verifier:
             diffs = []
             for j in range(turn.start, turn.start + turn.length):
                 if not trace.loss_mask[j]:
+                    continue
+                if offset + j >= len(scores):
+                    report.unscored += 1
                     continue
                 got = scores[offset + j]
                 diffs.append(float("inf") if got is None else abs(got - trace.response_logprobs[j].logprob))
