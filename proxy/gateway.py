@@ -31,7 +31,7 @@ from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
 from proxy.token_in import TokenInCalls
 from proxy.upstream import UpstreamTransport
-from proxy.upstream.base import id_list
+from proxy.upstream.base import id_list, tokenize_body
 
 CHAT_PATH = "/v1/chat/completions"
 T = TypeVar("T")
@@ -406,12 +406,8 @@ class Gateway:
 
     def count_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
         """The engine's count of ``chat``'s prompt, rendered as its chat completion would be."""
-        body = {"model": self.settings.upstream_model or chat.get("model"),
-                "messages": self.engine.prepare(chat)["messages"],
-                "add_generation_prompt": chat.get("add_generation_prompt", True)}
-        for key in ("tools", "chat_template_kwargs", "continue_final_message"):
-            if chat.get(key):
-                body[key] = chat[key]
+        body = tokenize_body(self.engine, chat, self.settings.upstream_model or chat.get("model"),
+                             generation_prompt=chat.get("add_generation_prompt", True))
         data, _ = self.pool.post_json("/tokenize", body, affinity=affinity)
         return int(data.get("count", len(data.get("tokens") or [])))
 

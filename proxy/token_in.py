@@ -20,6 +20,7 @@ from pipeline.stores.records import RecordStore
 from proxy import splice
 from proxy.errors import BadRequest, UpstreamError
 from proxy.upstream import CaptureError, Engine, UpstreamPool
+from proxy.upstream.base import tokenize_body
 from proxy.upstream.token_prompts import (
     TokenCall,
     TokenInError,
@@ -82,12 +83,8 @@ class TokenInCalls:
     def _render(self, chat: dict[str, Any], messages: list[dict[str, Any]], sid: str, *,
                 generation_prompt: bool) -> list[int]:
         """The engine's own rendering of ``messages`` (its template and tokenizer: ``/tokenize``)."""
-        body: dict[str, Any] = {"model": self.model or chat.get("model"),
-                                "messages": self.engine.prepare({**chat, "messages": messages})["messages"],
-                                "add_generation_prompt": generation_prompt}
-        for key in ("tools", "chat_template_kwargs"):
-            if chat.get(key):
-                body[key] = chat[key]
+        body = tokenize_body(self.engine, {**chat, "messages": messages}, self.model or chat.get("model"),
+                             generation_prompt=generation_prompt)
         data, _ = self.pool.post_json("/tokenize", body, affinity=sid)
         tokens = data.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):

@@ -308,8 +308,8 @@ def create_app(engine: ModelEngine, *, served_model_name: str = "tiny",
         body = body_json()
         resolve_model(body)
         if "messages" in body:
-            ids = engine.tokenize_text(engine.render_chat(**render_args(body)),
-                                       get_bool(body, "add_special_tokens", False))
+            render = render_args(body, read_effort=shape.tokenize_reads_effort)
+            ids = engine.tokenize_text(engine.render_chat(**render), get_bool(body, "add_special_tokens", False))
         elif isinstance(body.get("prompt"), str):
             ids = engine.tokenize_text(body["prompt"], get_bool(body, "add_special_tokens", True))
         else:

@@ -109,6 +109,7 @@ class VLLMDialect:
     name = "vllm"
     tokens_route: str | None = TOKENS_ROUTE  # infra/vllm_ext adds it to a real vLLM server
     chat_token_field: str | None = None  # stock vLLM's chat route ignores any ids field
+    tokenize_reads_effort = False  # TokenizeChatRequest has no reasoning_effort
 
     def check_context(self, engine: ModelEngine, prompt_len: int, requested, *, chat: bool = False) -> None:
         vllm_context_check(engine, prompt_len, requested)
@@ -175,6 +176,7 @@ class SGLangDialect:
     # SGLang's own chat request takes pre-tokenised ids, bypassing the template (messages still
     # drive stop tokens and tool parsing).
     chat_token_field: str | None = "input_ids"
+    tokenize_reads_effort = True  # its /tokenize renders messages exactly as its chat route
 
     def check_context(self, engine: ModelEngine, prompt_len: int, requested, *, chat: bool = False) -> None:
         sglang_context_check(engine, prompt_len, requested, chat=chat)

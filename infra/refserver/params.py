@@ -165,8 +165,11 @@ def refuse_media(content, i: int) -> None:
                            f"'{kind}' part, which only a multimodal model can read")
 
 
-def render_args(body: dict) -> dict:
-    """Validated chat-template inputs shared by /v1/chat/completions and /tokenize."""
+def render_args(body: dict, *, read_effort: bool = True) -> dict:
+    """Validated chat-template inputs shared by /v1/chat/completions and /tokenize.
+    ``read_effort``: ``reasoning_effort`` reaches the template as both engines' chat routes hand
+    it over (the kwarg ``reasoning_effort`` and, unless given, ``enable_thinking`` = effort !=
+    "none"); vLLM's /tokenize has no such field and ignores it."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise APIError("Field required: 'messages' must be a non-empty list")
@@ -182,6 +185,12 @@ def render_args(body: dict) -> dict:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise APIError("'chat_template_kwargs' must be an object")
+    effort = body.get("reasoning_effort")
+    if read_effort and effort is not None:
+        if not isinstance(effort, str):
+            raise APIError("'reasoning_effort' must be a string")
+        kwargs = {**(kwargs or {}), "reasoning_effort": effort}
+        kwargs.setdefault("enable_thinking", effort != "none")
     return {"messages": messages, "tools": tools, "add_generation_prompt": add_gen,
             "continue_final_message": cont, "chat_template_kwargs": kwargs}
 

@@ -49,6 +49,32 @@ class Engine(Protocol):
         """logprob of ids[i] given ids[:i] (None for i = 0 and for ids the answer lacks)."""
 
 
+def tokenize_body(engine: Engine, chat: dict[str, Any], model: str | None, *,
+                  generation_prompt: bool = True) -> dict[str, Any]:
+    """A ``/tokenize`` request rendering ``chat``'s messages as its chat completion would be:
+    the same template inputs (tools, template kwargs, a continued final message) and the same
+    reasoning effort. SGLang's ``/tokenize`` takes ``reasoning_effort`` itself
+    (``tokenize_reads_effort``); vLLM's has no such field, while its chat route hands the effort
+    to the template as the kwarg ``reasoning_effort`` and, unless given, ``enable_thinking``
+    (effort != "none"): so it goes there. Without it, Qwen3's "none" renders no empty think block
+    and a spliced prompt is not the one the chat route would sample after."""
+    body: dict[str, Any] = {"model": model, "messages": engine.prepare(chat)["messages"],
+                            "add_generation_prompt": generation_prompt}
+    for key in ("tools", "chat_template_kwargs", "continue_final_message"):
+        if chat.get(key):
+            body[key] = chat[key]
+    effort = chat.get("reasoning_effort")
+    if isinstance(effort, str):
+        if getattr(engine, "tokenize_reads_effort", False):
+            body["reasoning_effort"] = effort
+        else:
+            kwargs = dict(body.get("chat_template_kwargs") or {})
+            kwargs["reasoning_effort"] = effort
+            kwargs.setdefault("enable_thinking", effort != "none")
+            body["chat_template_kwargs"] = kwargs
+    return body
+
+
 def token_ids(values: list[Any]) -> list[int]:
     """``values`` as token ids: the engine's list itself when every item is an int (checked in C,
     32k ids in a few hundred microseconds: a sum of ints is an int, a string or null makes it

@@ -17,6 +17,7 @@ class SGLangEngine:
     # of the context is never an output limit's.
     context_reserve = 1
     ids_text_key: str | None = None  # its prompt ids sit in each choice: parsed
+    tokenize_reads_effort = True  # /tokenize renders reasoning_effort as its chat route does
 
     def prepare(self, request: dict[str, Any], *, top_logprobs: int = 0) -> dict[str, Any]:
         out = dict(request)

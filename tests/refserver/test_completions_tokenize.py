@@ -85,6 +85,33 @@ def test_tokenize_prompt_and_chat_forms(client, engine, ref_tokenizer):
         assert "token_strs" not in data and data["count"] == len(data["tokens"])
 
 
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_reasoning_effort_reaches_the_template_as_each_engine_hands_it_over(engine, ref_tokenizer, dialect):
+    """Both chat routes give the template ``reasoning_effort`` and (unless set) ``enable_thinking``;
+    SGLang's /tokenize reads the field as its chat route does, vLLM's has no such field."""
+    from infra.refserver import create_app
+
+    client = create_app(engine, dialect=dialect).test_client()
+    msgs = [{"role": "user", "content": "hi"}]
+    off = ref_tokenizer(ref_tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False,
+                                                          enable_thinking=False), add_special_tokens=False).input_ids
+    plain = ref_tokenizer(ref_tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
+                          add_special_tokens=False).input_ids
+    assert off != plain
+    chat = post(client, "/v1/chat/completions", messages=msgs, reasoning_effort="none", max_tokens=1,
+                **({"return_token_ids": True} if dialect == "vllm" else {"return_prompt_token_ids": True}))
+    ids = chat["prompt_token_ids"] if dialect == "vllm" else chat["choices"][0]["prompt_token_ids"]
+    assert ids == off
+    told = post(client, "/tokenize", messages=msgs, reasoning_effort="none")["tokens"]
+    assert told == (off if dialect == "sglang" else plain)
+    as_kwargs = post(client, "/tokenize", messages=msgs,
+                     chat_template_kwargs={"reasoning_effort": "none", "enable_thinking": False})["tokens"]
+    assert as_kwargs == off
+    kept = post(client, "/tokenize", messages=msgs, chat_template_kwargs={"enable_thinking": True},
+                reasoning_effort="none")["tokens"]
+    assert kept == plain  # a kwarg given wins over the effort (vLLM: the effort is not read at all)
+
+
 def test_detokenize_round_trip(client):
     ids = post(client, "/tokenize", prompt="<|im_start|>user\nça va?<|im_end|>")["tokens"]
     assert post(client, "/detokenize", tokens=ids) == {"prompt": "<|im_start|>user\nça va?<|im_end|>"}

@@ -262,3 +262,36 @@ def test_a_turn_cut_by_a_stop_string_does_not_set_the_sessions_end_of_turn_token
     r = redis.Redis.from_url(redis_url)
     records = [CompletionRecord.model_validate(unpack(x)) for x in r.lrange(session_completions(sid_of(key)), 0, -1)]
     assert [x.token_in["spliced"] for x in records] == [False, False, True]
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_a_spliced_prompt_keeps_the_reasoning_effort_the_chat_route_renders(engines, redis_url, tmp_path, dialect):
+    """Qwen3-style thinking off (``reasoning_effort: none``): the chat route renders an empty think
+    block after the generation prompt, so the spliced prompt's new part (the engine's /tokenize
+    of the new messages) must carry the effort too -- as the kwargs on vLLM, whose /tokenize has no
+    such field, and as the field itself on SGLang."""
+    engine = engines["keeps"]
+    policy = ScriptedPolicy.from_obj({"turns": [{"content": "Hi."}, {"content": "Again."}]}, name="agent")
+    settings = Settings(home=tmp_path, redis_url=redis_url, upstream_url=UPSTREAM, upstream_timeout_seconds=30,
+                        upstream_engine=dialect)
+    app = create_proxy(settings, transport=WSGITransport(create_app(engine, policies={"agent": policy},
+                                                                    dialect=dialect)))
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "auto"})
+    sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
+                        http_client=httpx2.Client(transport=httpx2.WSGITransport(app=app), timeout=60))
+    messages = [{"role": "user", "content": "Hello"}]
+    first = sdk.chat.completions.create(model="agent", messages=messages, reasoning_effort="none")
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And again?"}]
+    sdk.chat.completions.create(model="agent", messages=messages, reasoning_effort="none")
+    r = redis.Redis.from_url(redis_url)
+    records = [CompletionRecord.model_validate(unpack(x)) for x in r.lrange(session_completions(sid_of(key)), 0, -1)]
+    assert [x.token_in["spliced"] for x in records] == [False, True]
+    off = {"reasoning_effort": "none", "enable_thinking": False}
+    think = engine.tokenize_text("<think>\n\n</think>\n\n", False)
+    assert records[0].prompt_ids == engine.tokenize_chat(messages[:1], chat_template_kwargs=off)
+    assert records[0].prompt_ids[-len(think):] == think  # the chat route rendered thinking off
+    # The recorded first turn, then the new messages rendered with thinking off as well.
+    assert records[1].prompt_ids[-len(think):] == think
+    assert records[1].prompt_ids[:len(records[0].prompt_ids) + len(records[0].response_ids)] == \
+        records[0].prompt_ids + records[0].response_ids
