@@ -66,7 +66,7 @@ def verify(task_id: str | None, path: Path | None, upstream: str | None, model: 
                        f"{result.trajectory.metadata.get('builder', '?')}):\n{report.summary()}")
     ok = all(report.ok for _, report in reports)
     if not ok and verifier.engine.name == "sglang" and any(t.violations for _, r in reports for t in r.traces):
-        click.echo("note: SGLang reports the logprobs of the temperature-scaled distribution unless it runs with "
+        click.echo("note: SGLang reports logprobs taken after its temperature (some versions after top-p too) unless it runs with "
                    "SGLANG_RETURN_ORIGINAL_LOGPROB=1; this check scores the model's own, so without that flag "
                    "every token sampled at a temperature other than 1 differs", err=True)
     sys.exit(0 if ok else 1)
