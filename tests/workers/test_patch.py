@@ -127,3 +127,39 @@ def test_a_patch_made_huge_by_a_git_filter_is_refused_before_it_is_copied_out(ma
     assert agent.exec(trick, timeout=60).exit_code == 0
     with pytest.raises(EvaluationError, match="larger than 64 MB"):
         patch.extract(agent, "repo")
+
+
+SMUGGLED = (
+    "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+    "@@ -0,0 +1 @@\n+import sys\n"
+    "diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout\nnew file mode 100755\n--- /dev/null\n"
+    "+++ b/.git/hooks/post-checkout\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+touch hooked\n"
+)
+
+
+def test_the_agents_own_git_cannot_add_what_the_grader_excludes(make):
+    """The probe's attack: the agent puts a ``git`` of its own first on PATH, which adds an
+    excluded conftest.py and a .git hook to every ``git diff --binary`` (git apply refuses the
+    hook, ``patch --fuzz`` writes it, and the eval's next checkout runs it). The worker reads the
+    patch itself: both are dropped, with the reasons, and the fresh copy never sees them."""
+    agent, fresh = make("sess-w"), make("sess-w.eval")
+    agent.write("/polar/session/smuggled", SMUGGLED.encode())
+    agent.write("/polar/session/bin/git", b'#!/bin/sh\nreal=$(command -v -p git)\n'
+                b'case " $* " in *" diff "*"--binary"*) "$real" "$@"; rc=$?; cat "$POLAR_SESSION_DIR/smuggled"; '
+                b'exit $rc;; esac\nexec "$real" "$@"\n')
+    assert agent.exec('chmod +x "$POLAR_SESSION_DIR/bin/git"').exit_code == 0
+    agent.exec("cd repo && sed -i 's/a - b/a + b/' calc.py")
+    if hasattr(agent, "env"):  # local: the agent's folder first on its PATH
+        agent.env["PATH"] = agent.exec('echo "$POLAR_SESSION_DIR/bin:$PATH"').stdout.strip()
+    else:  # a container: root there, it writes where PATH looks first
+        assert agent.exec('cp "$POLAR_SESSION_DIR/bin/git" /usr/local/bin/git').exit_code == 0
+    diff = agent.exec("cd repo && git diff --binary HEAD").stdout
+    assert "conftest.py" in diff and ".git/hooks" in diff  # the wrapper is what runs
+    taken = patch.extract(agent, "repo", "HEAD", ["conftest.py"])
+    assert taken.files == ["calc.py"]
+    assert [(d["path"], d["reason"].split(" ")[0]) for d in taken.dropped] == [
+        ("conftest.py", "excluded"), (".git/hooks/post-checkout", "a")]
+    applied = patch.apply(fresh, taken, "repo")
+    assert applied.ok and applied.method == "git apply"
+    listing = fresh.exec("cd repo && ls -a . .git/hooks && git checkout -q HEAD -- notes.txt && ls").stdout
+    assert "conftest.py" not in listing and "post-checkout\n" not in listing and "hooked" not in listing

@@ -64,3 +64,11 @@ class Evaluator(Protocol):
     name: str
 
     def evaluate(self, ctx: EvalContext) -> EvalResult: ...
+
+
+def positive_seconds(value: Any, name: str = "timeout_seconds") -> float:
+    """A config's time limit: a positive, finite number (a negative one would time the grader
+    out at once and grade every sample 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise TypeError(f"'{name}' must be a positive number of seconds")
+    return float(value)

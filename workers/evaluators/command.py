@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import EvaluationError
-from workers.evaluators.base import EvalContext, EvalResult
+from workers.evaluators.base import EvalContext, EvalResult, positive_seconds
 
 
 class CommandEvaluator:
@@ -22,9 +22,12 @@ class CommandEvaluator:
                  fail_reward: float = 0.0, success_exit_codes: list[int] | None = None) -> None:
         if not isinstance(command, str) or not command.strip():
             raise TypeError("'command' must be a non-empty string")
-        self.command, self.timeout, self.cwd = command, float(timeout_seconds), cwd
+        self.command, self.timeout, self.cwd = command, positive_seconds(timeout_seconds), cwd
         self.env = dict(env or {})
         self.pass_reward, self.fail_reward = float(pass_reward), float(fail_reward)
+        if success_exit_codes is not None and (not isinstance(success_exit_codes, list) or not success_exit_codes or
+                                               not all(type(c) is int for c in success_exit_codes)):
+            raise TypeError("'success_exit_codes' must be a non-empty list of exit codes")
         self.success = set(success_exit_codes or [0])
 
     def evaluate(self, ctx: EvalContext) -> EvalResult:

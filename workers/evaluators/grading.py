@@ -18,6 +18,8 @@ def patched_runtime(ctx: EvalContext, repo_dir: str, base_commit: str, exclude: 
         return EvalResult(0.0, metadata={**meta, "error": "no runtime to grade in"})
     taken = patch.extract(source, repo_dir, base_commit, exclude, timeout=ctx.budget(step_seconds))
     meta.update(patch_files=taken.files, patch_bytes=len(taken.data))
+    if taken.dropped:  # what the worker would not grade, and why
+        meta["patch_dropped"] = taken.dropped
     if taken.empty:
         return EvalResult(0.0, metadata={**meta, "empty_generation": True})
     if ctx.agent_runtime is not None:  # refresh_runtime: the fresh copy gets the change

@@ -7,8 +7,10 @@ written to a file in the session directory and downloaded (a command's output is
 ``apply`` uploads it into a (fresh) runtime and tries ``git apply``, then ``git apply --reject``,
 then ``patch --fuzz``, as SWE-bench's harness does; the first that succeeds wins.
 
-The pathspec filtering is done by git itself (``:(exclude,glob)`` pathspecs); ``split_files`` is
-the I/O-free check the tests use on what came out.
+The pathspec filtering is done by git itself (``:(exclude,glob)`` pathspecs), and again on the
+worker (``patch_filter``): the runtime's ``git`` is the agent's to replace, so what comes out is
+only graded after its sections are checked there (noise, excluded and unsafe paths dropped, with
+the reasons in ``Patch.dropped``). ``split_files`` is the I/O-free check the tests use.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from __future__ import annotations
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipeline.errors import EvaluationError
+from workers.evaluators.patch_filter import filter_patch
 from workers.runtimes import Runtime
 
 NOISE = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**", "**/build/**",
@@ -48,8 +52,9 @@ _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.M)
 
 @dataclass
 class Patch:
-    data: bytes  # exactly what git wrote (binary hunks included)
+    data: bytes  # what git wrote (binary hunks included), less the sections the worker dropped
     files: list[str]
+    dropped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
 
     @property
     def text(self) -> str:
@@ -70,6 +75,16 @@ class Applied:
 def split_files(diff: str) -> list[str]:
     """The paths a git diff touches, in order."""
     return [m.group(2) for m in _DIFF_HEADER.finditer(diff)]
+
+
+def exclude_list(value: Any) -> list[str]:
+    """A config's ``exclude_patterns``: a list of glob strings (a bare string would be taken one
+    character at a time, and "." excludes everything)."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in value):
+        raise TypeError("'exclude_patterns' must be a list of glob patterns (non-empty strings)")
+    return list(value)
 
 
 def diff_command(repo_dir: str, base_commit: str, exclude_patterns: tuple[str, ...] | list[str]) -> str:
@@ -98,7 +113,8 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
         host = Path(folder) / "agent.patch"
         runtime.download(PATCH_FILE, str(host))
         data = host.read_bytes()
-    return Patch(data=data, files=split_files(data.decode(errors="surrogateescape")))
+    kept = filter_patch(data, (*NOISE, *exclude_patterns))
+    return Patch(data=kept.data, files=kept.files, dropped=kept.dropped)
 
 
 def apply(runtime: Runtime, patch: Patch, repo_dir: str, timeout: float = 120) -> Applied:

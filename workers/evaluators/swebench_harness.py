@@ -41,7 +41,7 @@ from typing import Any
 
 from pipeline.errors import EvaluationError
 from workers.evaluators import patch
-from workers.evaluators.base import EvalContext, EvalResult
+from workers.evaluators.base import EvalContext, EvalResult, positive_seconds
 from workers.runtimes import Runtime
 
 ARTIFACTS = "/polar/session/artifacts/swebench"  # a runtime path (upload / download)
@@ -128,10 +128,8 @@ class SwebenchHarnessEvaluator:
         self.spec = test_spec(self.instance)  # a bad instance fails here, not after the agent's run
         if not isinstance(repo_dir, str) or not repo_dir:
             raise TypeError("'repo_dir' must be a path")
-        if not isinstance(timeout_seconds, (int, float)) or timeout_seconds <= 0:
-            raise TypeError("'timeout_seconds' must be a positive number")
-        self.repo_dir, self.timeout = repo_dir, float(timeout_seconds)
-        self.exclude = list(exclude_patterns or [])
+        self.repo_dir, self.timeout = repo_dir, positive_seconds(timeout_seconds)
+        self.exclude = patch.exclude_list(exclude_patterns)
         self.instance_id, self.base_commit = str(self.instance["instance_id"]), str(self.instance["base_commit"])
 
     def evaluate(self, ctx: EvalContext) -> EvalResult:
@@ -154,6 +152,8 @@ class SwebenchHarnessEvaluator:
         mark = time.monotonic()
         taken = patch.extract(agent, self.repo_dir, self.base_commit, self.exclude, timeout=ctx.budget(STEP_SECONDS))
         meta.update(patch_files=taken.files, patch_bytes=len(taken.data))
+        if taken.dropped:  # what the worker would not grade, and why
+            meta["patch_dropped"] = taken.dropped
         timings["extract"] = _since(mark)
         if taken.empty:
             return EvalResult(0.0, metadata={**meta, "resolved": False, "empty_generation": True})

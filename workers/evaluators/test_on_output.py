@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvaluationError
-from workers.evaluators import test_output
-from workers.evaluators.base import EvalContext, EvalResult
+from workers.evaluators import patch, test_output
+from workers.evaluators.base import EvalContext, EvalResult, positive_seconds
 from workers.evaluators.grading import patched_runtime
 from workers.runtimes.base import read_in
 
@@ -38,8 +38,8 @@ class TestOnOutputEvaluator:
             raise TypeError(f"'expected_output_json' must map test ids to one of {', '.join(test_output.STATUSES)}")
         test_output.parse("", framework)  # an unknown framework fails at construction, not after the tests
         self.command, self.expected, self.framework = command, expected, framework
-        self.repo_dir, self.base_commit, self.exclude = repo_dir, base_commit, list(exclude_patterns or [])
-        self.timeout, self.require_patch = float(timeout_seconds), bool(require_patch)
+        self.repo_dir, self.base_commit, self.exclude = repo_dir, base_commit, patch.exclude_list(exclude_patterns)
+        self.timeout, self.require_patch = positive_seconds(timeout_seconds), bool(require_patch)
 
     def evaluate(self, ctx: EvalContext) -> EvalResult:
         if ctx.runtime is None:

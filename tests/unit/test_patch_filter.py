@@ -1,0 +1,110 @@
+"""The worker's own check of an agent's patch (``patch_filter``): what the runtime's ``git`` wrote
+is not trusted, so noise, excluded and unsafe paths are dropped here, and so is anything that is
+not a section as git writes it (``patch --fuzz`` would apply smuggled file headers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.evaluators.patch import NOISE
+from workers.evaluators.patch_filter import filter_patch, glob_matches
+
+EDIT = (b"diff --git a/calc.py b/calc.py\n"
+        b"index 1111111..2222222 100644\n"
+        b"--- a/calc.py\n"
+        b"+++ b/calc.py\n"
+        b"@@ -1,2 +1,2 @@\n"
+        b" def add(a, b):\n"
+        b"-    return a - b\n"
+        b"+    return a + b\n")
+
+
+def new_file(path: str, body: str = "x", mode: str = "100644") -> bytes:
+    lines = body.split("\n")
+    out = (f"diff --git a/{path} b/{path}\nnew file mode {mode}\nindex 0000000..3333333\n--- /dev/null\n"
+           f"+++ b/{path}\n@@ -0,0 +1{',' + str(len(lines)) if len(lines) != 1 else ''} @@\n")
+    return (out + "".join(f"+{line}\n" for line in lines)).encode()
+
+
+def test_a_plain_patch_is_kept_byte_for_byte():
+    data = EDIT + new_file("added.txt", "new file") + b"\\ No newline at end of file\n"
+    kept = filter_patch(data, NOISE)
+    assert kept.data == data and kept.files == ["calc.py", "added.txt"] and kept.dropped == []
+
+
+@pytest.mark.parametrize("path, exclude, reason", [
+    ("pkg/__pycache__/m.cpython-311.pyc", (), "excluded by '**/__pycache__/**'"),
+    ("conftest.py", ("conftest.py",), "excluded by 'conftest.py'"),
+    ("tests/conftest.py", ("**/conftest.py",), "excluded by '**/conftest.py'"),
+    ("tests/unit/test_a.py", ("tests",), "excluded by 'tests'"),  # a folder covers what is in it
+    (".git/hooks/post-checkout", (), "a path inside .git"),
+    ("sub/.GIT/config", (), "a path inside .git"),
+    ("../outside.py", (), "unsafe path"),
+    ("a/./b.py", (), "unsafe path"),
+])
+def test_a_section_the_grader_must_not_apply_is_dropped_with_its_reason(path, exclude, reason):
+    kept = filter_patch(EDIT + new_file(path, "#!/bin/sh\ntouch /tmp/pwned", "100755"), (*NOISE, *exclude))
+    assert kept.data == EDIT and kept.files == ["calc.py"]
+    [dropped] = kept.dropped
+    assert dropped["path"] == path and dropped["reason"].startswith(reason)
+
+
+def test_a_header_naming_one_file_and_lines_naming_another_is_dropped():
+    sneaky = (b"diff --git a/ok.py b/ok.py\nnew file mode 100644\n--- /dev/null\n+++ b/.git/hooks/pre-commit\n"
+              b"@@ -0,0 +1 @@\n+evil\n")
+    kept = filter_patch(EDIT + sneaky, NOISE)
+    assert kept.data == EDIT and "inside .git" in kept.dropped[0]["reason"]
+
+
+@pytest.mark.parametrize("smuggled", [
+    # file headers after a hunk's counted lines: patch(1) would apply a second file from them
+    EDIT + b"--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+cheat\n",
+    # a hunk longer than its header says
+    EDIT + b"+    extra\n",
+    # an unknown header line
+    b"diff --git a/calc.py b/calc.py\nIndex: conftest.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-a\n+b\n",
+    # two different paths, no rename
+    b"diff --git a/calc.py b/conftest.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-a\n+b\n",
+])
+def test_what_git_does_not_write_is_not_graded(smuggled):
+    kept = filter_patch(smuggled + new_file("fine.txt"), NOISE)
+    assert kept.files == ["fine.txt"] and kept.data == new_file("fine.txt")
+    assert kept.dropped[0]["reason"].startswith("not a section git writes")
+
+
+def test_text_before_the_first_section_is_dropped():
+    kept = filter_patch(b"--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+cheat\n" + EDIT, NOISE)
+    assert kept.data == EDIT and kept.dropped[0]["reason"] == "not part of a file's section"
+
+
+def test_a_file_beneath_a_symlink_the_patch_creates_is_dropped():
+    link = (b"diff --git a/site b/site\nnew file mode 120000\nindex 0000000..4444444\n--- /dev/null\n+++ b/site\n"
+            b"@@ -0,0 +1 @@\n+/usr/lib/python3/dist-packages\n\\ No newline at end of file\n")
+    kept = filter_patch(link + new_file("site/sitecustomize.py", "import os"), NOISE)
+    assert kept.files == ["site"] and "beneath the symlink 'site'" in kept.dropped[0]["reason"]
+
+
+def test_quoted_renamed_and_binary_sections_are_read():
+    quoted = (b'diff --git "a/sp ace\\303\\251.txt" "b/sp ace\\303\\251.txt"\nnew file mode 100644\n'
+              b'--- /dev/null\n+++ "b/sp ace\\303\\251.txt"\n@@ -0,0 +1 @@\n+x\n')
+    renamed = (b"diff --git a/old name.py b/new name.py\nsimilarity index 100%\nrename from old name.py\n"
+               b"rename to new name.py\n")
+    binary = (b"diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..5555555\n"
+              b"GIT binary patch\nliteral 9\nQcmZQzWMXDvWn^Ll00Sig0RR91\n\nliteral 0\nHcmV?d00001\n\n")
+    data = quoted + renamed + binary
+    kept = filter_patch(data, NOISE)
+    assert kept.data == data and kept.files == ["sp aceé.txt", "new name.py", "blob.bin"]
+    renamed_away = renamed.replace(b"new name.py", b".git/config")
+    assert "inside .git" in filter_patch(renamed_away, NOISE).dropped[0]["reason"]
+
+
+@pytest.mark.parametrize("pattern, path, covered", [
+    ("conftest.py", "conftest.py", True), ("conftest.py", "tests/conftest.py", False),
+    ("**/conftest.py", "tests/conftest.py", True), ("**/conftest.py", "conftest.py", True),
+    ("*.pyc", "m.pyc", True), ("*.pyc", "pkg/m.pyc", False), ("**/*.pyc", "pkg/sub/m.pyc", True),
+    ("**/build/**", "build/out.txt", True), ("**/build/**", "rebuild/out.txt", False),
+    ("tests/**", "tests/a/b.py", True), ("tests", "tests/a/b.py", True), ("tests", "tests_old/a.py", False),
+    ("t?st_[a-c].py", "test_b.py", True), ("t?st_[!a-c].py", "test_b.py", False),
+])
+def test_globs_follow_gits_pathspec_rules(pattern, path, covered):
+    assert glob_matches(pattern, path) is covered

@@ -1,0 +1,279 @@
+"""What of an agent's patch may be graded, decided on the worker (pure: bytes in, bytes out).
+
+The patch is made by ``git diff`` inside the agent's runtime, so by a ``git`` the agent may have
+replaced, and ``patch --fuzz`` (the last apply step) applies any file headers it finds. So the
+bytes that come out are checked here, whatever filtering the runtime claims to have done: the
+patch is split into its files' sections, each read strictly (the header lines git writes, then
+hunks whose line counts are checked, or a binary block), and a section is dropped, with the
+reason, when
+
+- it touches a path matching ``NOISE`` or the task's ``exclude_patterns`` (git's glob rules:
+  ``*`` stays within a folder, ``**/`` spans folders, a pattern also covers what is under a
+  folder it names);
+- a path is absolute, has a ``..`` or ``.git`` component, or a control character (a hook in
+  ``.git/hooks`` would run in the grading runtime);
+- it writes beneath a symlink another section creates;
+- it cannot be read as git writes a section (smuggled headers would be applied by ``patch``).
+
+Text before the first section is dropped too (``patch`` would apply hunks found there).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+_HEADER = b"diff --git "
+_EXTENDED = (b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode ", b"copy from ", b"copy to ",
+             b"rename from ", b"rename to ", b"similarity index ", b"dissimilarity index ", b"index ")
+_PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_SYMLINK_MODE = b"120000"
+_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+class Malformed(ValueError):
+    pass
+
+
+@dataclass
+class Filtered:
+    data: bytes  # the sections kept, byte for byte
+    files: list[str]  # the paths they change (new side), in order
+    dropped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+
+
+def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Filtered:
+    preamble, sections = _split(data)
+    kept: list[bytes] = []
+    files: list[str] = []
+    dropped = [{"path": "(before the first file)", "reason": "not part of a file's section"}] if preamble.strip() else []
+    symlinks: list[str] = []
+    for lines in sections:
+        try:
+            paths, target, creates_link = _read_section(lines)
+        except Malformed as exc:
+            dropped.append({"path": _header_text(lines[0]), "reason": f"not a section git writes: {exc}"})
+            continue
+        reason = _refusal(paths, exclude, symlinks)
+        if reason:
+            dropped.append({"path": target, "reason": reason})
+            continue
+        if creates_link:
+            symlinks.append(target)
+        kept.append(b"".join(lines))
+        files.append(target)
+    return Filtered(b"".join(kept), files, dropped)
+
+
+def _split(data: bytes) -> tuple[bytes, list[list[bytes]]]:
+    preamble: list[bytes] = []
+    sections: list[list[bytes]] = []
+    for line in data.splitlines(keepends=True):
+        if line.startswith(_HEADER):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+        else:
+            preamble.append(line)
+    return b"".join(preamble), sections
+
+
+def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
+    """(every path the section names, the path it changes, whether it creates a symlink)."""
+    header = _header_paths(lines[0])
+    paths = list(header or ())
+    creates_link = False
+    i = 1
+    while i < len(lines) and lines[i].startswith(_EXTENDED):
+        line = _bare(lines[i])
+        if line.startswith(_PATH_LINES):
+            paths.append(_path(line.split(b" ", 2)[2]))
+        if line.startswith((b"new file mode ", b"new mode ")) and line.endswith(_SYMLINK_MODE):
+            creates_link = True
+        i += 1
+    if header is None and not any(_bare(line).startswith(_PATH_LINES) for line in lines[1:i]):
+        raise Malformed("a header naming two paths without a rename or copy")
+    rest = lines[i:]
+    if rest and rest[0].startswith(b"--- "):
+        if len(rest) < 2 or not rest[1].startswith(b"+++ "):
+            raise Malformed("a '---' line without its '+++'")
+        for line in rest[:2]:
+            name = _path(_bare(line)[4:])
+            if name != "/dev/null":
+                paths.append(_strip_side(name))
+        _check_hunks(rest[2:])
+    elif rest and rest[0].startswith(b"Binary files "):
+        if len(rest) > 1:
+            raise Malformed("lines after 'Binary files ... differ'")
+    elif rest and _bare(rest[0]) == b"GIT binary patch":
+        if any(line.startswith((b"--- ", b"+++ ", b"@@", _HEADER)) for line in rest[1:]):
+            raise Malformed("file headers inside a binary patch")
+    elif rest:
+        raise Malformed(f"unexpected line {_bare(rest[0])[:60]!r}")
+    target = paths[-1] if paths else ""
+    return paths, target, creates_link
+
+
+def _check_hunks(lines: list[bytes]) -> None:
+    """Hunks whose bodies hold exactly the lines their headers count, and nothing between them."""
+    if not lines:
+        raise Malformed("file headers without a hunk")
+    i = 0
+    while i < len(lines):
+        m = _HUNK.match(lines[i])
+        if not m:
+            raise Malformed(f"unexpected line {_bare(lines[i])[:60]!r}")
+        old = int(m.group(2)) if m.group(2) is not None else 1
+        new = int(m.group(4)) if m.group(4) is not None else 1
+        i += 1
+        while old > 0 or new > 0:
+            if i >= len(lines):
+                raise Malformed("a hunk shorter than its header says")
+            kind = lines[i][:1]
+            if kind == b" ":
+                old, new = old - 1, new - 1
+            elif kind == b"-":
+                old -= 1
+            elif kind == b"+":
+                new -= 1
+            elif kind != b"\\":
+                raise Malformed("a hunk line that is not context, removal or addition")
+            if old < 0 or new < 0:
+                raise Malformed("a hunk longer than its header says")
+            i += 1
+        while i < len(lines) and lines[i].startswith(b"\\"):  # "\ No newline at end of file"
+            i += 1
+
+
+def _header_paths(line: bytes) -> tuple[str, str] | None:
+    rest = _bare(line)[len(_HEADER):]
+    if rest.startswith(b'"'):
+        first, after = _quoted(rest.decode("utf-8", "surrogateescape"))
+        second = after.lstrip(" ")
+        b_path = _quoted(second)[0] if second.startswith('"') else second
+        return _strip_side(first), _strip_side(b_path)
+    text = rest.decode("utf-8", "surrogateescape")
+    if text.endswith('"'):
+        cut = text.rfind(' "')
+        if cut < 0:
+            raise Malformed("an unreadable file header")
+        return _strip_side(text[:cut]), _strip_side(_quoted(text[cut + 1:])[0])
+    # Unquoted a/X b/X: the two halves are the same path (a rename names both in its own lines).
+    half = (len(text) - 1) // 2
+    if len(text) % 2 == 1 and text[half] == " " and text[2:half] == text[half + 3:]:
+        return _strip_side(text[:half]), _strip_side(text[half + 1:])
+    return None  # two different unquoted paths: only a rename's or copy's own lines can tell them
+
+
+def _quoted(text: str) -> tuple[str, str]:
+    """A C-quoted string at the start of ``text`` (as git quotes odd paths) and what follows."""
+    out: list[str] = []
+    raw = bytearray()
+    i = 1
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            return _flush(out, raw), text[i + 1:]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt in "01234567" and i + 3 < len(text):
+                raw.append(int(text[i + 1:i + 4], 8) & 0xFF)
+                i += 4
+                continue
+            out.append(_flush([], raw))
+            raw.clear()
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(_flush([], raw))
+        raw.clear()
+        out.append(c)
+        i += 1
+    raise Malformed("an unterminated quoted path")
+
+
+def _flush(out: list[str], raw: bytearray) -> str:
+    return "".join(out) + bytes(raw).decode("utf-8", "surrogateescape")
+
+
+def _path(value: bytes) -> str:
+    text = value.decode("utf-8", "surrogateescape")
+    if text.startswith('"'):
+        return _quoted(text)[0]
+    return text.split("\t", 1)[0]  # GNU diff may append a tab and a timestamp
+
+
+def _strip_side(path: str) -> str:
+    if path.startswith(("a/", "b/")):
+        return path[2:]
+    raise Malformed(f"a path without its a/ or b/ side: {path[:60]!r}")
+
+
+def _bare(line: bytes) -> bytes:
+    return line.rstrip(b"\r\n")
+
+
+def _header_text(line: bytes) -> str:
+    return _bare(line)[len(_HEADER):].decode("utf-8", "replace")[:200]
+
+
+def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: list[str]) -> str | None:
+    if not paths:
+        return "names no path"
+    for path in paths:
+        parts = path.split("/")
+        if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return f"unsafe path {path[:200]!r}"
+        if any(p.lower() == ".git" for p in parts):
+            return f"a path inside .git: {path[:200]!r}"
+        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+            return f"a control character in {path[:200]!r}"
+        pattern = next((p for p in exclude if glob_matches(p, path)), None)
+        if pattern is not None:
+            return f"excluded by {pattern!r}"
+        link = next((s for s in symlinks if path.startswith(s + "/")), None)
+        if link is not None:
+            return f"beneath the symlink {link!r} this patch creates"
+    return None
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether git's ``:(glob)`` pathspec ``pattern`` covers ``path``: the path itself or a
+    folder it lies in."""
+    regex = _glob_regex(pattern)
+    parts = path.split("/")
+    return any(regex.fullmatch("/".join(parts[:n])) for n in range(len(parts), 0, -1))
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == n:
+            out.append("/.*")
+            i += 3
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[":
+            end = pattern.find("]", i + 2)
+            if end < 0:
+                out.append(re.escape("["))
+                i += 1
+                continue
+            body = pattern[i + 1:end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.S)
