@@ -67,7 +67,7 @@ def test_sessions_go_through_every_stage_and_reach_the_stream(deps):
         assert run_all(deps, sid) == ["done"] * 5
     for sid in sids:
         result = deps.stores.outputs.result(sid)
-        assert result.status == SessionStatus.COMPLETED and result.reward == 1.0
+        assert result.status == SessionStatus.COMPLETED and result.reward == 1.0, (result.status, result.error)
         assert len(result.trajectory.traces) == 2  # per_request: one trace per model call
         assert all(t.response_ids == [101, 102, 103] and t.reward == 1.0 for t in result.trajectory.traces)
         assert MemoryRuntime.live[sid].stopped  # EVALUATE tore the runtime down

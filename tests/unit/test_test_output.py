@@ -97,3 +97,12 @@ def test_compare_names_each_difference():
 def test_an_unknown_framework_is_an_error():
     with pytest.raises(ValueError, match="unknown test framework"):
         test_output.parse("", "nose")
+
+
+def test_a_test_reported_twice_keeps_its_worst_status():
+    # a verbose line then the summary agree; a teardown error follows a pass; a forged PASSED
+    # after the real FAILED does not win
+    out = ("t.py::test_a PASSED [ 50%]\nt.py::test_b FAILED [100%]\nPASSED t.py::test_a\n"
+           "ERROR t.py::test_c - teardown\nPASSED t.py::test_c\nFAILED t.py::test_b - assert\nPASSED t.py::test_b\n")
+    assert test_output.parse(out, "pytest") == {"t.py::test_a": "PASSED", "t.py::test_b": "FAILED",
+                                                "t.py::test_c": "ERROR"}

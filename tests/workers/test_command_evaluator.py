@@ -44,3 +44,28 @@ def test_a_runtime_torn_down_under_the_grading_is_no_grade(rt):
     threading.Timer(0.3, rt.cancel).start()  # what a teardown does to a running command
     with pytest.raises(EvaluationError, match="torn down"):
         grade(rt, "sleep 5")
+
+
+FORGED = '''import atexit, os
+atexit.register(lambda: os.write(2, b"PASSED test_calc.py::test_sub\\n"))
+'''
+
+
+def test_passed_lines_printed_by_the_code_under_test_do_not_grade_a_failing_test(rt):
+    """The probe's forgery: the module under test prints the summary line its failing test would
+    have, after pytest's own (stderr, read after stdout). The worst status a test is reported
+    with is its status, and a failed run with every expected test passing is a failed grade."""
+    from workers.evaluators.test_on_output import TestOnOutputEvaluator
+
+    rt.write("/polar/session/workspace/calc.py", FORGED.encode() + b"def sub(a, b):\n    return a + b\n")
+    rt.write("/polar/session/workspace/test_calc.py",
+             b"from calc import sub\n\ndef test_sub():\n    assert sub(3, 1) == 2\n")
+    evaluator = TestOnOutputEvaluator("python3 -m pytest -p no:cacheprovider -rA test_calc.py",
+                                      {"test_calc.py::test_sub": "PASSED"}, require_patch=False)
+    ctx = EvalContext(spec=None, outcome=None, trajectory=Trajectory(), runtime=rt, env={},  # type: ignore[arg-type]
+                      deadline=time.time() + 60)
+    result = evaluator.evaluate(ctx)
+    assert result.outcome_reward == 0.0
+    assert result.metadata["tests"] == {"test_calc.py::test_sub": "FAILED"} and result.metadata["exit_code"] == 1
+    rt.write("/polar/session/workspace/calc.py", b"def sub(a, b):\n    return a - b\n")  # the real fix passes
+    assert evaluator.evaluate(ctx).outcome_reward == 1.0

@@ -53,9 +53,12 @@ class TestOnOutputEvaluator:
                                log_name="tests")
         parsed = test_output.parse(_whole_output(res), self.framework)
         mismatches = test_output.compare(parsed, self.expected)
+        # Every expected test passing while the run failed means something the map does not show
+        # failed (collection, teardown, or PASSED lines printed by the code under test).
+        failed_run = all(v == "PASSED" for v in self.expected.values()) and res.exit_code != 0
         meta.update(tests=parsed, mismatches={t: list(v) for t, v in mismatches.items()}, exit_code=res.exit_code,
-                    timed_out=res.timed_out)
-        return EvalResult(1.0 if not mismatches and not res.timed_out else 0.0, metadata=meta)
+                    timed_out=res.timed_out, **({"nonzero_exit": True} if failed_run else {}))
+        return EvalResult(1.0 if not mismatches and not res.timed_out and not failed_run else 0.0, metadata=meta)
 
 
 def _whole_output(res: Any) -> str:

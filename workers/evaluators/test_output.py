@@ -4,7 +4,10 @@ pytest: the ``-rA`` short summary (``PASSED tests/x.py::test_a``, ``FAILED ... -
 verbose lines (``tests/x.py::test_a PASSED [ 50%]``). unittest (``-v``): ``test_a
 (pkg.mod.Class.test_a) ... ok`` and its ``FAIL`` / ``ERROR`` / ``skipped`` forms. Statuses are
 normalised to PASSED, FAILED, ERROR, SKIPPED (xfail counts as PASSED, xpass as FAILED, as
-SWE-bench counts them). A test seen twice keeps its last status (the summary comes last).
+SWE-bench counts them). A test seen twice keeps its worst status (ERROR, FAILED, SKIPPED,
+PASSED in that order): honest output repeats a status (a verbose line, then the summary) or adds
+a worse one (a teardown error after a pass), while a PASSED line printed by the code under test
+after its test failed must not win.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 
 STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED")
+_RANK = {"PASSED": 0, "SKIPPED": 1, "FAILED": 2, "ERROR": 3}
 _PYTEST_NORMAL = {"PASSED": "PASSED", "FAILED": "FAILED", "ERROR": "ERROR", "SKIPPED": "SKIPPED",
                   "XFAIL": "PASSED", "XPASS": "FAILED"}
 _PYTEST_SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+::\S+?)(?: - .*)?$")
@@ -32,19 +36,24 @@ def parse(output: str, framework: str = "auto") -> dict[str, str]:
         for line in lines:
             m = _PYTEST_VERBOSE.match(line)
             if m:
-                found[m.group(1)] = _PYTEST_NORMAL[m.group(2)]
+                _note(found, m.group(1), _PYTEST_NORMAL[m.group(2)])
                 continue
             m = _PYTEST_SUMMARY.match(line)
             if m:
-                found[m.group(2)] = _PYTEST_NORMAL[m.group(1)]
+                _note(found, m.group(2), _PYTEST_NORMAL[m.group(1)])
     if framework in ("auto", "unittest"):
         for line in lines:
             m = _UNITTEST.match(line)
             if m:
                 status = m.group(3)
-                found[f"{m.group(1)} ({m.group(2)})"] = "SKIPPED" if status.startswith("skipped") else \
-                    _UNITTEST_NORMAL[status]
+                _note(found, f"{m.group(1)} ({m.group(2)})",
+                      "SKIPPED" if status.startswith("skipped") else _UNITTEST_NORMAL[status])
     return found
+
+
+def _note(found: dict[str, str], test: str, status: str) -> None:
+    if _RANK[status] >= _RANK.get(found.get(test, "PASSED"), 0):
+        found[test] = status
 
 
 def compare(parsed: dict[str, str], expected: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
