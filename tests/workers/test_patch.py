@@ -163,3 +163,24 @@ def test_the_agents_own_git_cannot_add_what_the_grader_excludes(make):
     assert applied.ok and applied.method == "git apply"
     listing = fresh.exec("cd repo && ls -a . .git/hooks && git checkout -q HEAD -- notes.txt && ls").stdout
     assert "conftest.py" not in listing and "post-checkout\n" not in listing and "hooked" not in listing
+
+
+@pytest.mark.parametrize("sabotage, error", [
+    ("rm -rf .git", "not a git repository"),
+    ("git config core.fsmonitor 'sleep 1000; true'", "did not finish"),  # git hangs in the agent's hook
+])
+def test_an_agent_that_breaks_its_own_git_gets_a_failed_grade_not_an_error(make, sabotage, error):
+    """What the agent does to its runtime cannot turn its grade into an ERROR a trainer skips."""
+    import time
+
+    from pipeline.schemas import Trajectory
+    from workers.evaluators import grading
+    from workers.evaluators.base import EvalContext
+
+    agent, fresh = make("sess-g"), make("sess-g.eval")
+    assert agent.exec(f"cd repo && sed -i 's/a - b/a + b/' calc.py && {sabotage}").exit_code == 0
+    ctx = EvalContext(spec=None, outcome=None, trajectory=Trajectory(), runtime=fresh,  # type: ignore[arg-type]
+                      agent_runtime=agent, deadline=time.time() + 60)
+    verdict = grading.patched_runtime(ctx, "repo", "HEAD", [], {}, step_seconds=3)
+    assert verdict is not None and verdict.outcome_reward == 0.0
+    assert error in verdict.metadata["patch_error"]

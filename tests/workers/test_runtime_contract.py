@@ -149,6 +149,24 @@ def test_cancel_from_another_process(backend, make):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_what_runs_in_a_session_cannot_mark_it_cancelled(backend, make):
+    """A session's cancel is marked outside its folder: an agent that could mark it would end a
+    grading it expects to fail as CANCELLED, which a trainer drops, instead of reward 0 (probe)."""
+    rt = make(backend)
+    rt.exec('touch "$POLAR_SESSION_DIR/.cancelled"')  # where the marker was
+    if backend != "local":  # (plain local is no sandbox: it can write anything the worker can)
+        rt.exec('touch "$POLAR_SESSION_DIR/../$(basename "$POLAR_SESSION_DIR").cancelled"')
+    res = rt.exec("echo graded")
+    assert not res.cancelled and res.stdout.strip() == "graded"
+    rt.cancel()  # the worker's own cancel still holds
+    assert rt.exec("echo late").cancelled
+    marker = Path(rt.handle["root"]).with_name(Path(rt.handle["root"]).name + ".cancelled")
+    assert marker.exists()
+    rt.stop()
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_folder_round_trip_keeps_links_as_links(backend, make, tmp_path):
     rt = make(backend)
     src = tmp_path / "repo"
@@ -251,6 +269,8 @@ def test_the_sweeper_removes_what_sessions_that_are_over_left(backend, host):
     for name in ("sess-live", "sess-live.eval", "sess-done", "sess-gone", "sess-gone.eval"):
         made[name] = runtimes.create(spec_for(backend), name, host)
         made[name].start()
+    for name in ("sess-done", "sess-gone.eval"):  # cancel markers a killed worker's stop never removed
+        (host.root / f"{name}.cancelled").touch()
     marker = unique_sleep()
     made["sess-gone"].exec(daemonize(marker))
     if backend != "bwrap":  # in a sandbox the daemon ended with its command already

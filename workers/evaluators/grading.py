@@ -16,7 +16,10 @@ def patched_runtime(ctx: EvalContext, repo_dir: str, base_commit: str, exclude: 
     source = ctx.agent_runtime or ctx.runtime
     if source is None or ctx.runtime is None:
         return EvalResult(0.0, metadata={**meta, "error": "no runtime to grade in"})
-    taken = patch.extract(source, repo_dir, base_commit, exclude, timeout=ctx.budget(step_seconds))
+    try:
+        taken = patch.extract(source, repo_dir, base_commit, exclude, timeout=ctx.budget(step_seconds))
+    except patch.PatchUnavailable as exc:
+        return EvalResult(0.0, metadata={**meta, "patch_error": str(exc)})
     meta.update(patch_files=taken.files, patch_bytes=len(taken.data))
     if taken.dropped:  # what the worker would not grade, and why
         meta["patch_dropped"] = taken.dropped

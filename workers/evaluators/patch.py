@@ -50,6 +50,12 @@ RESTORE = (f'git reset -q --hard && snap="$(cat {UNDO_DIR}/snapshot)" && '
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.M)
 
 
+class PatchUnavailable(EvaluationError):
+    """The agent's runtime gave no patch (its git failed or hung, its patch is too big): what the
+    agent did to its runtime, so a failed grade -- never an ERROR, which a trainer would skip and
+    a policy could learn to reach for."""
+
+
 @dataclass
 class Patch:
     data: bytes  # what git wrote (binary hunks included), less the sections the worker dropped
@@ -101,13 +107,17 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
             exclude_patterns: tuple[str, ...] | list[str] = (), timeout: float = 120) -> Patch:
     """The agent's change to ``repo_dir`` since ``base_commit``, noise filtered."""
     res = runtime.exec(diff_command(repo_dir, base_commit, exclude_patterns), timeout=timeout, log_name="patch-diff")
+    if res.cancelled:  # torn down under it: no grade at all
+        raise EvaluationError(f"taking the patch from {repo_dir} was stopped: its runtime was torn down")
+    if res.timed_out:
+        raise PatchUnavailable(f"git diff in {repo_dir} did not finish in {timeout:.0f} s")
     if res.exit_code != 0:
-        raise EvaluationError(f"git diff in {repo_dir} failed ({res.exit_code}): {res.stderr[-500:]}")
+        raise PatchUnavailable(f"git diff in {repo_dir} failed (exit {res.exit_code}): {res.stderr[-500:]}")
     # Measured where it lies before it is copied out: a session can make its patch a sparse file
     # of any size (a git filter runs in the diff), which a copy would write out whole.
     size = runtime.exec(f"wc -c < {PATCH_IN_SHELL}", timeout=timeout, log_name="patch-size")
     if not size.ok or not size.stdout.strip().isdigit() or int(size.stdout) > MAX_PATCH_BYTES:
-        raise EvaluationError(f"the agent's patch is larger than {MAX_PATCH_BYTES // 2**20} MB "
+        raise PatchUnavailable(f"the agent's patch is larger than {MAX_PATCH_BYTES // 2**20} MB "
                               f"({size.stdout.strip() or size.stderr[-200:]} bytes): not graded")
     with tempfile.TemporaryDirectory(prefix="polar-patch-") as folder:
         host = Path(folder) / "agent.patch"

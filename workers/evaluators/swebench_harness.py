@@ -150,7 +150,11 @@ class SwebenchHarnessEvaluator:
     def _grade(self, ctx: EvalContext, runtime: Runtime, agent: Runtime, folder: Path, meta: dict[str, Any],
                timings: dict[str, float]) -> EvalResult:
         mark = time.monotonic()
-        taken = patch.extract(agent, self.repo_dir, self.base_commit, self.exclude, timeout=ctx.budget(STEP_SECONDS))
+        try:
+            taken = patch.extract(agent, self.repo_dir, self.base_commit, self.exclude,
+                                  timeout=ctx.budget(STEP_SECONDS))
+        except patch.PatchUnavailable as exc:
+            return EvalResult(0.0, metadata={**meta, "resolved": False, "patch_error": str(exc)})
         meta.update(patch_files=taken.files, patch_bytes=len(taken.data))
         if taken.dropped:  # what the worker would not grade, and why
             meta["patch_dropped"] = taken.dropped

@@ -55,6 +55,24 @@ class RuntimeHost:
 TAIL_BYTES = 64 * 1024  # how much of a command's output an ExecResult carries (the log file has all)
 
 
+CANCEL_SUFFIX = ".cancelled"
+
+
+def cancel_marker(root: Path) -> Path:
+    """Where a session's cancel is marked for every process: beside its folder, not in it. What
+    runs in the session writes its folder; a marker there would let it cancel its own grading
+    (a sample it expects to fail ends CANCELLED, which a trainer drops, instead of reward 0)."""
+    return root.with_name(root.name + CANCEL_SUFFIX)
+
+
+def mark_cancelled(root: Path) -> None:
+    create_in(root.parent, root.name + CANCEL_SUFFIX).close()
+
+
+def unmark_cancelled(root: Path) -> None:
+    cancel_marker(root).unlink(missing_ok=True)
+
+
 def create_in(folder: Path, name: str) -> BinaryIO:
     """``folder/name`` created (or emptied) for the worker to write and read back, following no
     symbolic link: a session's folders are written by what runs in the session too (a sandbox, a

@@ -33,11 +33,13 @@ from workers.runtimes.base import (
     SESSION_MOUNT,
     ExecResult,
     RuntimeHost,
-    create_in,
+    cancel_marker,
+    mark_cancelled,
     open_logs,
     owner_session,
     tail_of,
     tools_folder,
+    unmark_cancelled,
 )
 from workers.runtimes.paths import container_path
 
@@ -174,10 +176,11 @@ class DockerRuntime:
         except docker.errors.NotFound:
             pass
         shutil.rmtree(self.root, ignore_errors=True)
+        unmark_cancelled(self.root)
 
     def cancel(self) -> None:
         """Kill every process in the container but its idle init (from any process)."""
-        create_in(self.root, ".cancelled").close()
+        mark_cancelled(self.root)
         try:
             self._run_quiet(["bash", "-c", "kill -KILL -1"])
         except ExecError:
@@ -212,7 +215,7 @@ class DockerRuntime:
     def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
              timeout: float | None = None, should_cancel: Callable[[], bool] | None = None,
              log_name: str | None = None) -> ExecResult:
-        if (self.root / ".cancelled").exists():
+        if cancel_marker(self.root).exists():
             return ExecResult(None, cancelled=True)
         name = log_name or f"exec-{time.time_ns()}"
         out_path, err_path = self.root / "logs" / f"{name}.stdout", self.root / "logs" / f"{name}.stderr"
@@ -238,14 +241,14 @@ class DockerRuntime:
             elapsed = time.monotonic() - started
             if timeout is not None and elapsed >= timeout:
                 timed_out = True
-            elif (self.root / ".cancelled").exists() or (should_cancel is not None and should_cancel()):
+            elif cancel_marker(self.root).exists() or (should_cancel is not None and should_cancel()):
                 cancelled = True
             if timed_out or cancelled:
                 self._kill_group(pgid_file)
                 break
             reader.join(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
         reader.join(timeout=10)
-        cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
+        cancelled = cancelled or (not timed_out and cancel_marker(self.root).exists())
         code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
         with out, err:
             return ExecResult(exit_code=code, stdout=tail_of(out), stderr=tail_of(err), timed_out=timed_out,

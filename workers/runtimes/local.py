@@ -18,7 +18,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import ExecError, RuntimeStartError
-from workers.runtimes.base import ExecResult, RuntimeHost, create_in, open_logs, remove_in, tail_of, tools_folder
+from workers.runtimes.base import (
+    ExecResult,
+    RuntimeHost,
+    cancel_marker,
+    create_in,
+    mark_cancelled,
+    open_logs,
+    remove_in,
+    tail_of,
+    tools_folder,
+    unmark_cancelled,
+)
 from workers.runtimes.paths import host_path
 from workers.runtimes.upload import upload_into
 
@@ -73,11 +84,12 @@ class LocalRuntime:
     def stop(self) -> None:
         self.cancel()
         shutil.rmtree(self.root, ignore_errors=True)
+        unmark_cancelled(self.root)
 
     def cancel(self) -> None:
         pids = self.root / ".pids"
         if pids.is_dir() and not pids.is_symlink():
-            create_in(self.root, ".cancelled").close()
+            mark_cancelled(self.root)
             kill_recorded_groups(self.root)
         kill_session_processes(self.root, int(self.handle.get("pid_floor") or 0))
 
@@ -112,7 +124,7 @@ class LocalRuntime:
         workdir = host_path(self.root, self.workdir, cwd) if cwd else self.workdir
         name = log_name or f"exec-{time.time_ns()}"
         out_path, err_path = self.root / "logs" / f"{name}.stdout", self.root / "logs" / f"{name}.stderr"
-        if (self.root / ".cancelled").exists():
+        if cancel_marker(self.root).exists():
             return ExecResult(None, cancelled=True)
         started = time.monotonic()
         out, err = open_logs(self.root, name)
@@ -136,7 +148,7 @@ class LocalRuntime:
                     elapsed = time.monotonic() - started
                     if timeout is not None and elapsed >= timeout:
                         timed_out = True
-                    elif (self.root / ".cancelled").exists() or (should_cancel and should_cancel()):
+                    elif cancel_marker(self.root).exists() or (should_cancel and should_cancel()):
                         cancelled = True
                     if timed_out or cancelled:
                         _terminate_group(proc)
@@ -145,7 +157,7 @@ class LocalRuntime:
                     # for the cancel checks above.
                     exited.wait(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
                 # Killed from another process (``cancel``) before this loop saw the marker.
-                cancelled = cancelled or (not timed_out and (self.root / ".cancelled").exists())
+                cancelled = cancelled or (not timed_out and cancel_marker(self.root).exists())
             finally:
                 exited.close()
                 # Whatever the command left behind in its group goes with it.
