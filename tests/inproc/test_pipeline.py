@@ -4,6 +4,8 @@ real Redis. The same code runs in Celery workers in tests/e2e; here no process i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx2
 import openai
 import pytest
@@ -195,6 +197,29 @@ def test_an_agent_is_stopped_when_the_disk_runs_full_and_not_otherwise(deps):
             assert result.status == SessionStatus.ERROR and "POLAR_MIN_FREE_DISK_MB" in result.error, result.error
         else:
             assert "POLAR_MIN_FREE_DISK_MB" not in (result.error or ""), result.error
+
+
+def _running(fragment: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and fragment.encode() in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_what_the_agent_left_running_is_ended_before_anything_grades_in_its_runtime(deps):
+    """A daemon the agent left (one that rewrites files while the tests run, say) is killed when
+    RUN ends, before EVALUATE grades in the same runtime (a real process, the local runtime)."""
+    daemon = "sleep 4711.25"
+    [sid] = submit(deps, num_samples=1, runtime={"backend": "local"},
+                   agent={"custom_shell": f"setsid {daemon} </dev/null >/dev/null 2>&1 & sleep 0.3"},
+                   evaluator={"strategy": "session_completed"})
+    assert [run_stage(stage, sid, *BODIES[stage], d=deps) for stage in (Stage.INIT, Stage.RUN)] == ["done"] * 2
+    assert _running(daemon) == []
+    assert [run_stage(stage, sid, *BODIES[stage], d=deps) for stage in list(Stage)[2:]] == ["done"] * 3
 
 
 def test_a_missing_command_is_an_error_not_a_crash(deps):

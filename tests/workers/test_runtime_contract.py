@@ -148,6 +148,18 @@ def test_cancel_from_another_process(backend, make):
     wait_for(lambda: not processes_running(marker), timeout=10)
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "bwrap"])  # (bwrap's die with their command)
+def test_what_a_command_left_running_is_ended_and_the_runtime_stays_usable(backend, make):
+    """RUN ends what the agent left running before anything grades in its runtime."""
+    rt = make(backend)
+    marker = unique_sleep()
+    rt.exec(daemonize(marker))
+    wait_for(lambda: processes_running(marker), timeout=10)
+    rt.end_processes()
+    wait_for(lambda: not processes_running(marker), timeout=10)
+    assert rt.exec("echo usable").stdout.strip() == "usable"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_what_runs_in_a_session_cannot_mark_it_cancelled(backend, make):
     """A session's cancel is marked outside its folder: an agent that could mark it would end a

@@ -179,8 +179,12 @@ class DockerRuntime:
         unmark_cancelled(self.root)
 
     def cancel(self) -> None:
-        """Kill every process in the container but its idle init (from any process)."""
         mark_cancelled(self.root)
+        self.end_processes()
+
+    def end_processes(self) -> None:
+        """Kill every process in the container but its idle init (from any process): what the
+        session's commands left running; the container stays usable."""
         try:
             self._run_quiet(["bash", "-c", "kill -KILL -1"])
         except ExecError:

@@ -90,6 +90,13 @@ class LocalRuntime:
         pids = self.root / ".pids"
         if pids.is_dir() and not pids.is_symlink():
             mark_cancelled(self.root)
+        self.end_processes()
+
+    def end_processes(self) -> None:
+        """Kill what the session's commands left running (an agent's daemons); the runtime stays
+        usable. A grader run here must not share it with what the agent left behind."""
+        pids = self.root / ".pids"
+        if pids.is_dir() and not pids.is_symlink():
             kill_recorded_groups(self.root)
         kill_session_processes(self.root, int(self.handle.get("pid_floor") or 0))
 

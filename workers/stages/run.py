@@ -65,6 +65,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     finally:
         if warmup is not None:
             warmup.wait()
+        _end_leftovers(runtime, sid)
     if stopped:
         return Outcome.ERROR, stopped[0], None
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
@@ -81,6 +82,19 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     if res.exit_code != 0:
         return Outcome.ERROR, f"agent exited {res.exit_code}: {output_tail(res)}", res.exit_code
     return Outcome.COMPLETED, None, 0
+
+
+def _end_leftovers(runtime: runtimes.Runtime, sid: str) -> None:
+    """Kill what the agent left running once it is done (a daemon that would rewrite files while
+    the grader runs in this runtime, or keep a port); runtimes without processes of their own to
+    end have no ``end_processes``."""
+    end = getattr(runtime, "end_processes", None)
+    if end is None:
+        return
+    try:
+        end()
+    except Exception as exc:  # best effort: the teardown kills them in any case
+        log.warning("session %s: could not end what the agent left running: %s", sid, exc)
 
 
 def agent_timeout(state: SessionState) -> float | None:
