@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from pipeline.api import viewer
+from pipeline.api.configs import config_problems
 from pipeline.api.errors import ApiError, count_arg
 from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
@@ -235,7 +236,7 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
                   for e in exc.errors()]
         raise _invalid(fields) from None
     problems = (_limits(task, settings) + _plugins(task) + _uploads(task, settings) + _backend_allowed(task, settings)
-                + _network_allowed(task, settings))
+                + _network_allowed(task, settings) + config_problems(task))
     why = refusal(task.callback_url, settings) if task.callback_url else None
     if why:
         problems.append({"field": "callback_url", "message": why})

@@ -313,6 +313,18 @@ def test_the_client_sends_an_id_as_one_path_segment(client):
     ({"agent": {"custom_shell": "  "}}, "agent.custom_shell.command"),
     ({"timeout_seconds": True}, "timeout_seconds"),
     ({"runtime": {"prepare": [{"type": "exec", "command": "true", "src": "/etc/passwd"}]}}, "runtime.prepare.0"),
+    # configs a grader or builder cannot honour: each used to fail in EVALUATE, after the agent ran
+    ({"evaluator": {"strategy": "command", "config": {"command": "true", "timeout_seconds": -5}}}, "evaluator.config"),
+    ({"evaluator": {"strategy": "command", "config": {"cmd": "true"}}}, "evaluator.config"),
+    ({"evaluator": {"strategy": "test_on_output", "config": {
+        "command": "pytest -rA", "expected_output_json": {"t::a": "PASSED"}, "exclude_patterns": "conftest.py"}}},
+     "evaluator.config"),
+    ({"evaluator": {"strategy": "test_on_output", "config": {"command": "pytest", "expected_output_json": "{no"}}},
+     "evaluator.config"),
+    ({"evaluator": {"strategy": "test_on_output", "config": {
+        "command": "pytest", "expected_output_json": {"t::a": "PASSED"}, "base_commit": "HEAD; touch /tmp/x"}}},
+     "evaluator.config"),
+    ({"builder": {"strategy": "prefix_merging", "config": {"no_such_option": 1}}}, "builder.config"),
 ])
 def test_what_would_fail_only_at_run_time_is_refused_at_submit(client, stores, change, field):
     with pytest.raises(RolloutError) as info:

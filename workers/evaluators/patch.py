@@ -93,9 +93,16 @@ def exclude_list(value: Any) -> list[str]:
     return list(value)
 
 
-def diff_command(repo_dir: str, base_commit: str, exclude_patterns: tuple[str, ...] | list[str]) -> str:
-    if not re.fullmatch(r"[\w./@^~-]{1,200}", base_commit) or base_commit.startswith("-"):
+def check_commit(base_commit: Any) -> str:
+    """A commit name safe to put on a command line (no option, no shell)."""
+    if not isinstance(base_commit, str) or not re.fullmatch(r"[\w./@^~-]{1,200}", base_commit) \
+            or base_commit.startswith("-"):
         raise EvaluationError(f"base_commit {base_commit!r} is not a commit name")
+    return base_commit
+
+
+def diff_command(repo_dir: str, base_commit: str, exclude_patterns: tuple[str, ...] | list[str]) -> str:
+    check_commit(base_commit)
     excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in (*NOISE, *exclude_patterns))
     repo = shlex.quote(repo_dir)
     return (f"cd {repo} && git add --all --intent-to-add . && "

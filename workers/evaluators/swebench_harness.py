@@ -130,7 +130,8 @@ class SwebenchHarnessEvaluator:
             raise TypeError("'repo_dir' must be a path")
         self.repo_dir, self.timeout = repo_dir, positive_seconds(timeout_seconds)
         self.exclude = patch.exclude_list(exclude_patterns)
-        self.instance_id, self.base_commit = str(self.instance["instance_id"]), str(self.instance["base_commit"])
+        self.instance_id = str(self.instance["instance_id"])
+        self.base_commit = patch.check_commit(self.instance["base_commit"])
 
     def evaluate(self, ctx: EvalContext) -> EvalResult:
         if ctx.runtime is None:

@@ -38,7 +38,8 @@ class TestOnOutputEvaluator:
             raise TypeError(f"'expected_output_json' must map test ids to one of {', '.join(test_output.STATUSES)}")
         test_output.parse("", framework)  # an unknown framework fails at construction, not after the tests
         self.command, self.expected, self.framework = command, expected, framework
-        self.repo_dir, self.base_commit, self.exclude = repo_dir, base_commit, patch.exclude_list(exclude_patterns)
+        self.repo_dir, self.base_commit = repo_dir, patch.check_commit(base_commit)
+        self.exclude = patch.exclude_list(exclude_patterns)
         self.timeout, self.require_patch = positive_seconds(timeout_seconds), bool(require_patch)
 
     def evaluate(self, ctx: EvalContext) -> EvalResult:
