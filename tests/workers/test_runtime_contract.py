@@ -160,6 +160,16 @@ def test_what_a_command_left_running_is_ended_and_the_runtime_stays_usable(backe
     assert rt.exec("echo usable").stdout.strip() == "usable"
 
 
+@pytest.mark.parametrize("backend", ["docker"])
+def test_a_container_stopped_under_a_command_is_no_result(backend, make):
+    """Killed from outside (an operator, its memory limit) while a grader ran: the command's
+    signal exit is the container's end, not a failed test -- an error, never reward 0 (probe)."""
+    rt = make(backend)
+    threading.Timer(1.5, lambda: rt._docker.containers.get(rt.name).kill()).start()
+    with pytest.raises(ExecError, match="stopped while the command ran"):
+        rt.exec("sleep 30", timeout=60)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_what_runs_in_a_session_cannot_mark_it_cancelled(backend, make):
     """A session's cancel is marked outside its folder: an agent that could mark it would end a

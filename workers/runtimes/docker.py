@@ -254,10 +254,27 @@ class DockerRuntime:
         reader.join(timeout=10)
         cancelled = cancelled or (not timed_out and cancel_marker(self.root).exists())
         code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
+        if not (timed_out or cancelled) and (code is None or code >= 128):
+            self._check_running(out, err)  # killed with its container: no result at all
         with out, err:
             return ExecResult(exit_code=code, stdout=tail_of(out), stderr=tail_of(err), timed_out=timed_out,
                               cancelled=cancelled, duration_seconds=time.monotonic() - started,
                               log_paths={"stdout": str(out_path), "stderr": str(err_path)})
+
+    def _check_running(self, *logs: Any) -> None:
+        """Raise when the container itself stopped under a command (killed from outside, its
+        memory limit): the command's signal exit is then the container's end, not the command's
+        result. (Nothing inside can stop it: its init ignores signals it has no handler for.)"""
+        try:
+            state = self._docker.api.inspect_container(self.name).get("State") or {}
+        except Exception as exc:  # removed meanwhile, or the engine is away
+            state = {"Running": False, "Error": str(exc)}
+        if not state.get("Running", True):
+            for log in logs:
+                log.close()
+            why = ", killed for its memory limit" if state.get("OOMKilled") else ""
+            raise ExecError(f"the container {self.name} stopped while the command ran (exit "
+                            f"{state.get('ExitCode')}{why}){': ' + state['Error'] if state.get('Error') else ''}")
 
     def _kill_group(self, pgid_file: str) -> None:
         try:
