@@ -71,7 +71,8 @@ class _Chain:
         self.turns.append({"completion_id": c.completion_id, "response_start": len(self.response),
                            "response_len": len(c.response_ids), "interstitial_len": len(interstitial),
                            "finish_reason": c.finish_reason, "context_matches": self.exact,
-                           "sampling": sampling_of(c.normalized_request)})
+                           "sampling": sampling_of(c.normalized_request),
+                           "policy_version": c.policy_version})  # as the proxy stamped it (None: none set)
         self.response += c.response_ids
         self.mask += [1.0] * len(c.response_ids)
         self.logprobs += c.response_logprobs

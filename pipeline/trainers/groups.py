@@ -29,6 +29,13 @@ def usable(result: SessionResult, include_timeouts: bool = False) -> bool:
             and trainable_tokens(result) > 0)
 
 
+def trace_versions(result: SessionResult, trace_index: int) -> list[Any]:
+    """The policy versions that sampled a trace's tokens, as stamped (each merged turn's, in
+    order, without repeats; a per-request trace's one)."""
+    meta = result.trajectory.traces[trace_index].metadata
+    return [v for v in (meta.get("policy_versions") or [meta.get("policy_version")]) if v is not None]
+
+
 def policy_version(result: SessionResult) -> int | None:
     """The oldest policy version that sampled any of the session's tokens (a session that ran
     across a weight swap is as stale as its earliest turns): each merged turn's version

@@ -15,19 +15,26 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.schemas import SessionResult
-from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
+from pipeline.trainers.groups import (
+    PLACEHOLDER_TOKEN,
+    made_no_call,
+    main_trace,
+    trace_versions,
+    training_reward,
+    usable,
+)
 
 
 def to_generator_output(results: list[SessionResult], *, step_wise: bool = False) -> dict[str, Any]:
     out: dict[str, list[Any]] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
                                                  "stop_reasons", "rollout_logprobs", "trajectory_ids",
-                                                 "is_last_step")}
+                                                 "is_last_step", "policy_versions")}
     make_id = _trajectory_id()
     for r in results:
         if made_no_call(r):
             for key, value in (("prompt_token_ids", [PLACEHOLDER_TOKEN]), ("response_ids", [PLACEHOLDER_TOKEN]),
                                ("rewards", 0.0), ("loss_masks", [0]), ("stop_reasons", r.status.value.lower()),
-                               ("rollout_logprobs", [0.0]), ("is_last_step", True),
+                               ("rollout_logprobs", [0.0]), ("is_last_step", True), ("policy_versions", []),
                                ("trajectory_ids", make_id(instance_id=r.task_id, repetition_id=r.sample_index))):
                 out[key].append(value)
             continue
@@ -44,6 +51,7 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
             out["rollout_logprobs"].append([lp.logprob for lp in t.response_logprobs])
             out["trajectory_ids"].append(make_id(instance_id=r.task_id, repetition_id=r.sample_index))
             out["is_last_step"].append(last)
+            out["policy_versions"].append(trace_versions(r, i))  # who sampled the sequence's tokens
     statuses = [r.status.value for r in results]
     inexact = sum(1 for r in results for t in r.trajectory.traces if t.metadata.get("context_exact") is False)
     return {**out, "rollout_metrics": {"sessions": len(results), "completed": statuses.count("COMPLETED"),

@@ -21,7 +21,15 @@ from typing import Any
 
 from pipeline.schemas import SessionResult
 from pipeline.status import SessionStatus
-from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
+from pipeline.trainers.groups import (
+    PLACEHOLDER_TOKEN,
+    made_no_call,
+    main_trace,
+    policy_version,
+    trace_versions,
+    training_reward,
+    usable,
+)
 
 STATUS = {SessionStatus.TIMEOUT: "ABORTED", SessionStatus.ERROR: "FAILED", SessionStatus.CANCELLED: "FAILED"}
 
@@ -81,6 +89,7 @@ def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: 
         "status": status, "remove_sample": not trains,
         "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
                                "trained": trains, "context_exact": t.metadata.get("context_exact", True),
+                               "policy_version": policy_version(result), "policy_versions": trace_versions(result, i),
                                **({"advantage": advantage[(result.session_id, i)]}
                                                      if advantage and (result.session_id, i) in advantage else {})}},
     }

@@ -16,7 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.schemas import SessionResult
-from pipeline.trainers.groups import PLACEHOLDER_TOKEN, made_no_call, main_trace, training_reward, usable
+from pipeline.trainers.groups import (
+    PLACEHOLDER_TOKEN,
+    made_no_call,
+    main_trace,
+    policy_version,
+    trace_versions,
+    training_reward,
+    usable,
+)
 
 
 def to_agent_loop_output(result: SessionResult, *, prompt_length: int | None = None,
@@ -59,7 +67,9 @@ def _output(result: SessionResult, i: int) -> dict[str, Any]:
         "extra_fields": {"session_id": result.session_id, "task_id": result.task_id, "trace_index": i,
                          "status": result.status.value, "trained": trains,
                          # False: a merged turn's context drifted from what the policy saw (prefix merging)
-                         "context_exact": t.metadata.get("context_exact", True)},
+                         "context_exact": t.metadata.get("context_exact", True),
+                         # the oldest version that sampled any of the session's tokens, and the trace's own
+                         "policy_version": policy_version(result), "policy_versions": trace_versions(result, i)},
     }
 
 

@@ -385,3 +385,14 @@ def test_traces_say_how_each_call_was_sampled():
     assert per_request.traces[1].metadata["sampling"] == {}  # the engine's defaults
     [trace] = build(recs, end_of_turn_token_id=EOT).traces
     assert [t["sampling"] for t in trace.metadata["turns"]] == [{"temperature": 1.0, "top_p": 0.95, "top_k": 64}, {}]
+
+
+def test_each_merged_turn_names_the_policy_version_that_sampled_it():
+    """A conversation sampled across a weight swap: the trace lists both versions, and each turn
+    says which is its own (a trainer correcting per token needs the turn's, not the trace's)."""
+    conv = Conversation(random.Random(7), system=[100])
+    first, second = conv.sample(False, False, 0, 0.0), conv.sample(False, False, 1, 1.0)
+    first.policy_version, second.policy_version = "3", "4"
+    [trace] = build([first, second]).traces
+    assert trace.metadata["policy_versions"] == ["3", "4"]
+    assert [t["policy_version"] for t in trace.metadata["turns"]] == ["3", "4"]

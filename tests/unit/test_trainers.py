@@ -207,3 +207,15 @@ def test_a_turn_with_call_markup_but_no_parsed_call_zeroes_its_traces_reward():
     r = result("a", 1.0, traces=[good, bad])
     assert filters.zero_unparsed(r) == [1]
     assert [t.reward for t in r.trajectory.traces] == [1.0, 0.0]
+
+
+def test_every_adapter_carries_who_sampled_each_sample():
+    """An off-policy or asynchronous trainer filters or corrects per sample after conversion: the
+    oldest version that sampled the session, and the trace's own versions, travel with it."""
+    swapped = trace()
+    swapped.metadata["policy_versions"] = ["3", "4"]  # a merged trace sampled across a weight swap
+    r = merged("a", 1.0, traces=[swapped])
+    s = slime.to_sample(r)["metadata"]["polar"]
+    v = verl.to_agent_loop_output(r)["extra_fields"]
+    assert (s["policy_version"], s["policy_versions"]) == (v["policy_version"], v["policy_versions"]) == (3, ["3", "4"])
+    assert skyrl.to_generator_output([r, merged("b", 0.0, index=1)])["policy_versions"] == [["3", "4"], ["3"]]
