@@ -175,6 +175,10 @@ def task_result_paths(tid: str) -> str:
 
 # --- proxy -----------------------------------------------------------------------------------
 
-PROXY_PAUSED = f"{PREFIX}:proxy:paused"  # set while weight sync holds new model calls
+# The flag model calls read (one GET on the hot path): it exists exactly while some pause holder's
+# lease is unexpired, kept so by the PROXY_PAUSE_* scripts, which expire it at the latest lease --
+# a trainer that dies while paused stops holding the fleet once its lease runs out.
+PROXY_PAUSED = f"{PREFIX}:proxy:paused"
+PROXY_PAUSE_HOLDERS = f"{PREFIX}:proxy:pause-holders"  # hash: holder id -> lease expiry (Redis ms)
 PROXY_CALLS = f"{PREFIX}:proxy:calls"  # zset: upstream calls in progress, all proxies (score = lease expiry)
 PROXY_POLICY_VERSION = f"{PREFIX}:proxy:policy-version"  # stamped on every record

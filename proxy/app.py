@@ -5,28 +5,26 @@ wait on the engine, and a greenlet per call lets one process hold hundreds of th
 
 Model calls whose path names their API are served before Flask sees them (``calls.py``, the hot
 path); Flask serves the rest: bare base-URL calls, model listings, token counts, stored objects,
-health, ``/admin/*`` and ``/metrics`` (both behind the admin token).
+health, ``/admin/*`` (``admin.py``) and ``/metrics`` (both behind the admin token).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any, Callable, Iterable
 
 from flask import Flask, g, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from pipeline.credentials import same_secret
 from pipeline.registry import allow_plugin_modules
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
+from proxy.admin import check_admin, register_admin
 from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body, translating
 from proxy.calls import json_response as _json
 from proxy.detection import api_path, detect, error_provider, serves
-from proxy.errors import BadRequest, NotFound, ProxyError, Unauthorized, UnsupportedEndpoint
+from proxy.errors import NotFound, ProxyError, UnsupportedEndpoint
 from proxy.gateway import Gateway
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.providers import PROVIDERS, Provider, Route
@@ -34,7 +32,6 @@ from proxy.sessions import presented_key
 from proxy.upstream import UpstreamTransport
 
 METHODS = ["GET", "POST", "HEAD", "DELETE", "PUT", "PATCH"]
-POLICY_VERSION = re.compile(r"^[!-~]{1,128}$")
 
 
 def create_app(settings: Settings | None = None, transport: UpstreamTransport | None = None) -> Flask:
@@ -89,34 +86,11 @@ def create_app(settings: Settings | None = None, transport: UpstreamTransport | 
             return _json(provider.count_tokens_response(gw.count_request_tokens(chat)))
         return calls.generate(request._get_current_object(), route, key, body).response()  # type: ignore[attr-defined]
 
-    @app.post("/admin/pause")
-    def pause() -> Response:
-        _admin(admin_token)
-        try:
-            timeout = float(request.args.get("timeout_seconds", 600))
-        except ValueError:
-            timeout = math.nan
-        if not math.isfinite(timeout):
-            raise BadRequest("timeout_seconds must be a finite number", param="timeout_seconds")
-        return _json(gw.control.pause(min(max(timeout, 0.0), 3600.0)))
-
-    @app.post("/admin/resume")
-    def resume() -> Response:
-        _admin(admin_token)
-        data = request.get_json(silent=True) or {}
-        version = data.get("policy_version", request.args.get("policy_version")) if isinstance(data, dict) else None
-        if version is not None and not (isinstance(version, (str, int)) and POLICY_VERSION.match(str(version))):
-            raise BadRequest("policy_version must be 1-128 printable characters", param="policy_version")
-        return _json(gw.control.resume(None if version is None else str(version)))
-
-    @app.get("/admin/status")
-    def admin_status() -> Response:
-        _admin(admin_token)
-        return _json(gw.control.status())
+    register_admin(app, gw.control, admin_token)
 
     @app.get("/metrics")
     def metrics() -> Response:
-        _admin(admin_token)
+        check_admin(admin_token, control_surface=False)
         text = gw.metrics.render()
         if text is None:
             raise UnsupportedEndpoint("metrics are off on this proxy (POLAR_PROXY_METRICS=false)")
@@ -150,17 +124,6 @@ def _models(gw: Gateway, provider: Provider, route: Route) -> Response:
     err = NotFound(f"model {route.model!r} not found")
     err.code = "model_not_found"
     raise err
-
-
-def _admin(token: str | None) -> None:
-    """The admin token, as ``x-polar-admin-token`` or as a bearer token (what Prometheus sends)."""
-    if token is None:
-        return
-    auth = request.headers.get("Authorization") or ""
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-    if not (same_secret(request.headers.get("x-polar-admin-token"), token) or same_secret(bearer, token)):
-        raise Unauthorized("the admin endpoints and /metrics need the admin token (POLAR_ADMIN_TOKEN) as the "
-                           "x-polar-admin-token header or as Authorization: Bearer")
 
 
 def _health(gw: Gateway) -> Response:

@@ -1,16 +1,24 @@
 """Weight-sync control shared by every proxy process through Redis (``ProxyControlStore``):
 pause (new model calls wait, calls in flight drain), resume (optionally with a new policy
-version, stamped on every record from then on)."""
+version, stamped on every record from then on).
+
+Each pause has a holder and a lease: pausing again with the same holder renews it, a resume ends
+only its own holder's pause (the proxy stays paused while others hold it), and a pause nobody
+renews lapses by itself -- a trainer killed mid-update does not hold the fleet for ever."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any, Callable
 
-from pipeline.stores.proxy_control import ProxyControlStore
-from proxy.errors import UpstreamTimeout
+from pipeline.stores.proxy_control import ProxyControlStore, Release
+from proxy.errors import Conflict, UpstreamTimeout
 
 POLL_SECONDS = 0.05
+# A call arriving during a pause holds a lease for one round trip before it sees the flag and
+# steps out: a resume setting a version waits this long for such leases before refusing.
+RESUME_SETTLE_SECONDS = 1.0
 
 
 class Control:
@@ -38,20 +46,43 @@ class Control:
             paused, version = self.store.enter(call_id, lease())
         return version or self.default_policy_version
 
-    def pause(self, timeout: float) -> dict[str, Any]:
-        self.store.set_paused(True)
-        deadline = time.monotonic() + timeout
+    def pause(self, timeout: float, lease_seconds: float, holder: str | None = None) -> dict[str, Any]:
+        """Hold the pause as ``holder`` (a new id when None) for ``lease_seconds`` and wait up to
+        ``timeout`` for the calls in flight to drain (no longer than the hold itself lasts)."""
+        holder = holder or f"pause-{secrets.token_hex(8)}"
+        expires_at, _ = self.store.hold_pause(holder, lease_seconds)
+        deadline = time.monotonic() + min(timeout, lease_seconds)
         while self.store.inflight() > 0 and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS)
-        return self.status()
+        return {**self.status(), "holder": holder, "lease_seconds": lease_seconds, "lease_expires_at": expires_at}
 
-    def resume(self, policy_version: str | None = None) -> dict[str, Any]:
-        if policy_version is not None:
-            self.store.set_policy_version(policy_version)
-        self.store.set_paused(False)
+    def resume(self, holder: str | None = None, policy_version: str | None = None,
+               force: bool = False) -> dict[str, Any]:
+        """End ``holder``'s pause (None: the only holder's) and set ``policy_version``, in one
+        step; raises ``Conflict`` when that would end another's pause or stamp the new version
+        while calls admitted under the old one still run, unless ``force`` (ends every hold)."""
+        if policy_version is not None and not force:
+            deadline = time.monotonic() + RESUME_SETTLE_SECONDS
+            while self.store.inflight() > 0 and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+        done = self.store.release_pause(holder, policy_version, force)
+        if done.verdict != "released":
+            raise _refusal(done, holder)
         return self.status()
 
     def status(self) -> dict[str, Any]:
-        paused, version, inflight = self.store.read()
-        return {"paused": paused, "inflight": inflight, "drained": inflight == 0,
-                "policy_version": version or self.default_policy_version}
+        state = self.store.read().view()
+        return {**state, "drained": state["inflight"] == 0,
+                "policy_version": state["policy_version"] or self.default_policy_version}
+
+
+def _refusal(done: Release, holder: str | None) -> Conflict:
+    held = done.holds.count
+    if done.verdict == "ambiguous":
+        return Conflict(f"{held} holders hold the pause: name yours as \"holder\" (its pause answered it), or "
+                        "pass \"force\": true to end every hold", code="pause_holder_ambiguous")
+    if done.verdict == "unknown":
+        return Conflict(f"holder {holder!r} holds no pause (its lease lapsed, or it never paused); {held} "
+                        f"holder(s) hold it now. Pass \"force\": true to end every hold", code="pause_not_held")
+    return Conflict(f"{done.inflight} call(s) admitted under the old policy version are still in flight; wait "
+                    "(pause again to drain), or pass \"force\": true", code="calls_in_flight")

@@ -10,6 +10,8 @@
      │    └── SessionNotFound        404    unknown session id
      ├── SessionNotActive            403    the session no longer accepts model calls
      ├── Unauthorized                401    /admin/* without the admin token
+     ├── AdminDisabled               403    /admin/* on a proxy started without an admin token
+     ├── Conflict                    409    a resume that would end another's pause or swap under a call
      ├── Unavailable                 503    Redis is unreachable: retry
      ├── UnsupportedEndpoint         404    a path no provider serves
      ├── ClientGone                  499    the client left while the engine sampled (call aborted)
@@ -95,6 +97,21 @@ class SessionNotActive(ProxyError):
 
 class Unauthorized(ProxyError):
     status, type, code = 401, "authentication_error", "unauthorized"
+
+
+class AdminDisabled(ProxyError):
+    """The proxy has no admin token: its control surface answers nobody (the pause state is
+    shared through Redis, so an open proxy would pause the token-protected ones too)."""
+
+    status, type, code = 403, "permission_error", "admin_disabled"
+
+
+class Conflict(ProxyError):
+    status, type, code = 409, "invalid_request_error", "conflict"
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Unavailable(ProxyError):

@@ -1,5 +1,11 @@
-"""Weight-sync state shared by every proxy process: the pause flag, the policy version stamped
-on records, and the upstream calls in flight across all proxies.
+"""Weight-sync state shared by every proxy process: the pause (its holders and the flag model
+calls read), the policy version stamped on records, and the upstream calls in flight across all
+proxies.
+
+A pause is held, not set: each holder (a trainer) holds it under a lease it renews by pausing
+again, and the flag lives exactly as long as the latest live lease (``lua.PROXY_PAUSE_*``). A
+trainer that dies while paused releases the fleet when its lease lapses; one holder's resume
+never ends another's pause.
 
 In-flight calls are leases, not a counter: a sorted set of call ids scored by lease expiry, which
 the proxy holding a call renews while it runs. A proxy that dies stops renewing, so its calls
@@ -9,19 +15,64 @@ stop counting within one lease period and ``pause`` can still drain after any cr
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from pipeline import keys
 from pipeline.codec import text
+from pipeline.stores import lua
 
 Command = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Holds:
+    """The live pause holds: how many, and when the soonest and the latest lapse (epoch seconds)."""
+
+    count: int = 0
+    soonest: float | None = None
+    latest: float | None = None
+
+    @classmethod
+    def of(cls, count: Any, soonest_ms: Any, latest_ms: Any) -> "Holds":
+        if not int(count):
+            return cls()
+        return cls(int(count), int(soonest_ms) / 1000, int(latest_ms) / 1000)
+
+    def view(self) -> dict[str, Any]:
+        return {"holders": self.count, "lease_expires_soonest": self.soonest, "lease_expires_latest": self.latest}
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a resume did: ``verdict`` 'released', or why nothing was written ('ambiguous',
+    'unknown', 'inflight'); the holds left (or found), the calls in flight when that refused it."""
+
+    verdict: str
+    holds: Holds
+    inflight: int = 0
+
+
+@dataclass(frozen=True)
+class ControlState:
+    paused: bool
+    policy_version: str | None
+    inflight: int
+    holds: Holds
+
+    def view(self) -> dict[str, Any]:
+        """As the proxy's /admin/status and the API's /rollout/status report it."""
+        return {"paused": self.paused, "policy_version": self.policy_version, "inflight": self.inflight,
+                **self.holds.view()}
 
 
 class ProxyControlStore:
     def __init__(self, r: redis.Redis) -> None:
         self._r = r
+        self._hold = lua.bind(r, lua.PROXY_PAUSE_HOLD)
+        self._release = lua.bind(r, lua.PROXY_PAUSE_RELEASE)
 
     # ENTER leases the call *before* reading the pause flag: that order is what lets ``pause``
     # trust a drained count.
@@ -57,14 +108,20 @@ class ProxyControlStore:
     def exit(self, call_id: str) -> None:
         self._r.zrem(keys.PROXY_CALLS, call_id)
 
-    def set_paused(self, paused: bool) -> None:
-        if paused:
-            self._r.set(keys.PROXY_PAUSED, "1")
-        else:
-            self._r.delete(keys.PROXY_PAUSED)
+    def hold_pause(self, holder: str, lease_seconds: float) -> tuple[float, Holds]:
+        """Pause (or renew ``holder``'s hold) for ``lease_seconds``; returns when this hold lapses
+        (epoch seconds, Redis's clock) and the holds now live."""
+        expiry, *holds = self._hold(keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED],
+                                    args=[holder, max(1, round(lease_seconds * 1000))])
+        return int(expiry) / 1000, Holds.of(*holds)
 
-    def set_policy_version(self, version: str) -> None:
-        self._r.set(keys.PROXY_POLICY_VERSION, version)
+    def release_pause(self, holder: str | None, policy_version: str | None = None, force: bool = False) -> Release:
+        """End ``holder``'s hold (None: the only one's), setting ``policy_version`` in the same
+        step; ``force`` ends every hold and skips the checks (``lua.PROXY_PAUSE_RELEASE``)."""
+        verdict, count, soonest, latest, running = self._release(
+            keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION, keys.PROXY_CALLS],
+            args=[holder or "", "1" if force else "0", policy_version or "", repr(time.time())])
+        return Release(text(verdict), Holds.of(count, soonest, latest), int(running))
 
     def inflight(self) -> int:
         """Calls in flight on live proxies; lapsed leases (dead proxies) are purged."""
@@ -74,7 +131,15 @@ class ProxyControlStore:
         pipe.zcard(keys.PROXY_CALLS)
         return int(pipe.execute()[1])
 
-    def read(self) -> tuple[bool, str | None, int]:
-        """(paused, policy version, calls in flight)."""
-        paused, version = self._r.mget(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION)
-        return bool(paused), text(version) if version else None, self.inflight()
+    def read(self) -> ControlState:
+        """The pause, policy version and calls in flight. Holds are counted against Redis's
+        clock, as the scripts count them (a lapsed one not yet dropped is not counted)."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.mget(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION)
+        pipe.hvals(keys.PROXY_PAUSE_HOLDERS)
+        pipe.time()
+        (paused, version), expiries, (seconds, micros) = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        live = sorted(int(e) for e in expiries if int(e) > now_ms)
+        holds = Holds.of(len(live), live[0], live[-1]) if live else Holds()
+        return ControlState(bool(paused), text(version) if version else None, self.inflight(), holds)

@@ -21,6 +21,7 @@ from proxy.upstream import WSGITransport
 
 BASE = "http://proxy.test"
 UPSTREAM = "http://engine.test"
+ADMIN_TOKEN = "admin-token-for-tests"  # a proxy without one answers its /admin routes 403
 
 
 def proxy_settings(redis_url: str, home, **overrides) -> Settings:
@@ -30,7 +31,15 @@ def proxy_settings(redis_url: str, home, **overrides) -> Settings:
 
 @pytest.fixture
 def proxy_app(r, redis_url, tmp_path):
-    return create_proxy(proxy_settings(redis_url, tmp_path), transport=WSGITransport(fake_upstream.app))
+    return create_proxy(proxy_settings(redis_url, tmp_path, admin_token=ADMIN_TOKEN),
+                        transport=WSGITransport(fake_upstream.app))
+
+
+def admin_client(app):
+    """A test client of the proxy sending the admin token with every request."""
+    client = app.test_client()
+    client.environ_base["HTTP_X_POLAR_ADMIN_TOKEN"] = ADMIN_TOKEN
+    return client
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pipeline.stores.proxy_control import ProxyControlStore
 from pipeline.stores.sessions import SessionStore
 from proxy.app import create_app
 from proxy.upstream import WSGITransport
-from tests.inproc.conftest import UPSTREAM, proxy_settings, sdk_clients
+from tests.inproc.conftest import UPSTREAM, admin_client, proxy_settings, sdk_clients
 from tests.support import KINDS, MSG, PATHS, PROVIDER_OF, call, error_shape, records, running_session, sid_of, wait_for
 
 
@@ -214,9 +214,9 @@ def test_an_ended_sessions_key_reads_nothing_either(proxy_app, redis_url, r):
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "soon"])
 def test_pause_needs_a_finite_timeout(proxy_app, value):
-    resp = proxy_app.test_client().post("/admin/pause", query_string={"timeout_seconds": value})
+    resp = admin_client(proxy_app).post("/admin/pause", query_string={"timeout_seconds": value})
     assert resp.status_code == 400 and "finite number" in resp.get_json()["error"]["message"]
-    assert proxy_app.test_client().get("/admin/status").get_json()["paused"] is False
+    assert admin_client(proxy_app).get("/admin/status").get_json()["paused"] is False
 
 
 def test_gemini_stream_without_alt_sse_is_a_json_array(proxy_app, redis_url):
@@ -261,7 +261,7 @@ def test_an_unreachable_endpoint_fails_over_to_the_next(r, redis_url, tmp_path):
 
 def test_pause_holds_new_calls_until_resume_stamps_the_policy_version(proxy_app, redis_url):
     key = running_session(redis_url)
-    admin = proxy_app.test_client()
+    admin = admin_client(proxy_app)
     c = sdk_clients(proxy_app, key)["openai"]
     status = admin.post("/admin/pause", query_string={"timeout_seconds": 5}).get_json()
     assert status["paused"] and status["drained"]
@@ -285,7 +285,7 @@ def test_calls_waiting_out_a_pause_are_never_counted_in_flight(proxy_app, redis_
     from pipeline import keys
 
     r = redis.Redis.from_url(redis_url)
-    admin = proxy_app.test_client()
+    admin = admin_client(proxy_app)
     assert admin.post("/admin/pause", query_string={"timeout_seconds": 5}).get_json()["drained"]
     clients = [sdk_clients(proxy_app, running_session(redis_url))["openai"] for _ in range(4)]
     waiting = [threading.Thread(target=lambda c=c: c.chat.completions.create(model="fake", messages=MSG))

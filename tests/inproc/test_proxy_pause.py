@@ -1,0 +1,166 @@
+"""Weight sync's pause as held, not set: each pause has a holder and a lease (a trainer that dies
+while paused releases the fleet when its lease lapses), one holder's resume never ends
+another's, a resume never stamps a new version over a call admitted under the old one, and the
+control surface answers nobody on a proxy without an admin token. The proxy app in-process on a
+real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from infra import fake_upstream
+from pipeline import keys
+from pipeline.stores.proxy_control import ProxyControlStore
+from proxy.app import create_app
+from proxy.upstream import WSGITransport
+from tests.inproc.conftest import admin_client, proxy_settings, sdk_clients
+from tests.support import MSG, records, running_session, wait_for
+
+
+def pause(admin, **params):
+    resp = admin.post("/admin/pause", query_string={"timeout_seconds": 0, **params})
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def status(admin) -> dict:
+    return admin.get("/admin/status").get_json()
+
+
+def test_a_pause_nobody_renews_ends_when_its_lease_lapses(proxy_app, redis_url, r):
+    """The trainer killed mid-update: its lease runs out and held calls go on, with no resume."""
+    admin = admin_client(proxy_app)
+    held = pause(admin, lease_seconds=1)
+    assert held["paused"] and held["holders"] == 1 and held["lease_seconds"] == 1 and held["holder"]
+    assert held["lease_expires_at"] == pytest.approx(time.time() + 1, abs=0.5)
+    assert 0 < r.pttl(keys.PROXY_PAUSED) <= 1000  # Redis itself ends it
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)["openai"]
+    waiting = threading.Thread(target=lambda: c.chat.completions.create(model="fake", messages=MSG))
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and records(redis_url, key)[0] == []  # held by the pause
+    waiting.join(timeout=10)
+    assert not waiting.is_alive() and len(records(redis_url, key)[0]) == 1
+    after = status(admin)
+    assert after["paused"] is False and after["holders"] == 0 and after["lease_expires_latest"] is None
+    assert not r.exists(keys.PROXY_PAUSED, keys.PROXY_PAUSE_HOLDERS)
+
+
+def test_pausing_again_with_the_same_holder_renews_its_lease(proxy_app):
+    admin = admin_client(proxy_app)
+    first = pause(admin, lease_seconds=1)
+    again = pause(admin, lease_seconds=30, holder=first["holder"])
+    assert again["holder"] == first["holder"] and again["holders"] == 1
+    assert again["lease_expires_at"] > first["lease_expires_at"] + 20
+    time.sleep(1.3)  # past the first lease
+    assert status(admin)["paused"] is True
+    assert admin.post("/admin/resume", json={"holder": first["holder"]}).get_json()["paused"] is False
+
+
+def test_one_holders_resume_leaves_the_proxy_paused_for_the_other(proxy_app, r):
+    admin = admin_client(proxy_app)
+    a = pause(admin, holder="trainer-a", lease_seconds=60)
+    b = pause(admin, holder="trainer-b", lease_seconds=120)
+    assert a["holders"] == 1 and b["holders"] == 2
+    st = status(admin)
+    assert st["lease_expires_soonest"] == pytest.approx(a["lease_expires_at"])
+    assert st["lease_expires_latest"] == pytest.approx(b["lease_expires_at"])
+    resumed = admin.post("/admin/resume", json={"holder": "trainer-b", "policy_version": "v2"})
+    assert resumed.status_code == 200
+    assert resumed.get_json()["paused"] is True and resumed.get_json()["holders"] == 1
+    assert ProxyControlStore(r).is_paused()
+    again = admin.post("/admin/resume", json={"holder": "trainer-b"})  # already released: holds nothing
+    assert again.status_code == 409 and again.get_json()["error"]["code"] == "pause_not_held"
+    done = admin.post("/admin/resume", json={"holder": "trainer-a"}).get_json()
+    assert done["paused"] is False and done["holders"] == 0 and done["policy_version"] == "v2"
+
+
+def test_a_resume_naming_no_holder_ends_only_a_lone_pause_unless_forced(proxy_app):
+    admin = admin_client(proxy_app)
+    pause(admin, holder="trainer-a")
+    pause(admin, holder="trainer-b")
+    refused = admin.post("/admin/resume", json={"policy_version": "v9"})
+    assert refused.status_code == 409
+    err = refused.get_json()["error"]
+    assert err["code"] == "pause_holder_ambiguous" and "2 holders" in err["message"]
+    assert status(admin)["paused"] is True and status(admin)["policy_version"] != "v9"  # nothing written
+    forced = admin.post("/admin/resume", json={"policy_version": "v9", "force": True})
+    assert forced.status_code == 200
+    assert forced.get_json()["paused"] is False and forced.get_json()["holders"] == 0
+    assert forced.get_json()["policy_version"] == "v9"
+    pause(admin)  # one holder: a resume without one (an old client) is that one's
+    assert admin.post("/admin/resume").get_json()["paused"] is False
+
+
+def test_a_new_version_is_refused_while_a_call_of_the_old_one_is_in_flight(proxy_app, r):
+    """The drain timed out: loading weights and stamping the new version would leave the call that
+    spans the swap under the old stamp, unmarked."""
+    store = ProxyControlStore(r)
+    store.enter("call-spanning-the-swap", time.time() + 60)  # admitted before the pause, still sampling
+    admin = admin_client(proxy_app)
+    held = pause(admin, holder="trainer-a")
+    assert held["drained"] is False and held["inflight"] == 1
+    refused = admin.post("/admin/resume", json={"holder": "trainer-a", "policy_version": "v2"})
+    assert refused.status_code == 409
+    err = refused.get_json()["error"]
+    assert err["code"] == "calls_in_flight" and "1 call(s)" in err["message"]
+    assert status(admin)["paused"] is True and status(admin)["policy_version"] is None  # nothing written
+    forced = admin.post("/admin/resume", json={"holder": "trainer-a", "policy_version": "v2", "force": True})
+    assert forced.status_code == 200 and forced.get_json()["policy_version"] == "v2"
+    assert forced.get_json()["paused"] is False
+
+
+def test_releasing_a_hold_without_a_new_version_needs_no_drain(proxy_app, r):
+    """What a trainer does when its drain timed out: give the hold back, load nothing."""
+    ProxyControlStore(r).enter("call-still-running", time.time() + 60)
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    resumed = admin.post("/admin/resume", json={"holder": held["holder"]})
+    assert resumed.status_code == 200 and resumed.get_json()["paused"] is False
+
+
+@pytest.mark.parametrize("body", ["[1]", "1", '"v2"', "null", "{not json"])
+def test_a_resume_body_that_is_not_a_json_object_is_refused(proxy_app, body):
+    admin = admin_client(proxy_app)
+    pause(admin)
+    resp = admin.post("/admin/resume", data=body, content_type="application/json")
+    assert resp.status_code == 400 and resp.get_json()["error"]["type"] == "invalid_request_error"
+    assert status(admin)["paused"] is True
+
+
+@pytest.mark.parametrize("lease", ["0", "-1", "nan", "inf", "86401", "soon"])
+def test_pause_needs_a_positive_bounded_lease(proxy_app, lease):
+    admin = admin_client(proxy_app)
+    resp = admin.post("/admin/pause", query_string={"timeout_seconds": 0, "lease_seconds": lease})
+    assert resp.status_code == 400 and resp.get_json()["error"]["param"] == "lease_seconds"
+    assert status(admin)["paused"] is False
+
+
+def test_without_an_admin_token_the_control_routes_answer_nobody(r, redis_url, tmp_path):
+    open_proxy = create_app(proxy_settings(redis_url, tmp_path), transport=WSGITransport(fake_upstream.app))
+    client = open_proxy.test_client()
+    for method, path in (("POST", "/admin/pause"), ("POST", "/admin/resume"), ("GET", "/admin/status")):
+        resp = client.open(path, method=method, json={"policy_version": "evil", "force": True},
+                           headers={"x-polar-admin-token": "anything"})
+        assert resp.status_code == 403, (path, resp.get_json())
+        err = resp.get_json()["error"]
+        assert err["type"] == "permission_error" and "POLAR_ADMIN_TOKEN" in err["message"]
+    assert not r.exists(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION)
+
+
+def test_a_call_held_by_the_pause_resumes_under_the_version_its_holder_set(proxy_app, redis_url):
+    admin = admin_client(proxy_app)
+    held = pause(admin, holder="trainer-a")
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)["openai"]
+    waiting = threading.Thread(target=lambda: c.chat.completions.create(model="fake", messages=MSG))
+    waiting.start()
+    wait_for(lambda: status(admin)["inflight"] == 0 and waiting.is_alive(), timeout=5)
+    resumed = admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "v7"})
+    assert resumed.status_code == 200, resumed.get_json()
+    waiting.join(timeout=10)
+    assert [rec["policy_version"] for rec in records(redis_url, key)[0]] == ["v7"]
