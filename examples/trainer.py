@@ -3,8 +3,9 @@
 Each step: submit tasks (a GRPO group each: ``num_samples`` sessions) stamped with the current
 policy version, consume results from the stream through a consumer group, close each group when
 all its sessions are in, drop stale sessions, compute group advantages, print the step's stats;
-then the weight swap: pause the proxy (in-flight calls drain, new ones wait), "load" the new
-weights, resume with the next policy version.
+then the weight swap: pause the proxy as this trainer's hold (in-flight calls drain, new ones
+wait; the hold's lease lapses by itself if the trainer dies), "load" the new weights, resume
+naming the hold, with the next policy version. A drain that times out loads nothing.
 
     polar up &                       # or any running stack
     .venv/bin/python examples/trainer.py --steps 3 --tasks 2 --group-size 4 [--json]
@@ -61,13 +62,33 @@ def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: flo
     return done
 
 
-def weight_swap(proxy_url: str, admin_token: str | None, next_version: int) -> dict:
+class SwapRefused(RuntimeError):
+    """The proxy would not swap cleanly: the drain timed out, or the resume was refused."""
+
+
+def weight_swap(proxy_url: str, admin_token: str | None, next_version: int, drain_seconds: float = 60,
+                lease_seconds: float = 300) -> dict:
+    """Pause (holding the pause as this trainer, under a lease that lapses by itself if this
+    process dies), load the new weights, resume with the next version. A drain that times out
+    loads nothing: a call still sampling would span the swap under the old version's stamp."""
     headers = {"x-polar-admin-token": admin_token or ""}
-    with httpx.Client(base_url=proxy_url, headers=headers, timeout=120) as admin:
-        paused = admin.post("/admin/pause", params={"timeout_seconds": 60}).json()
-        time.sleep(0.2)  # the new weights would be loaded into the engine here
-        resumed = admin.post("/admin/resume", json={"policy_version": str(next_version)}).json()
-    return {"drained": paused.get("drained"), "policy_version": resumed.get("policy_version")}
+    with httpx.Client(base_url=proxy_url, headers=headers, timeout=drain_seconds + 60) as admin:
+        paused = admin.post("/admin/pause", params={"timeout_seconds": drain_seconds,
+                                                    "lease_seconds": lease_seconds})
+        paused.raise_for_status()
+        hold = paused.json()
+        release: dict = {"holder": hold["holder"]}  # (a crash below still gives the hold back)
+        try:
+            if not hold.get("drained"):
+                raise SwapRefused(f"{hold.get('inflight')} call(s) still in flight after {drain_seconds:g} s: "
+                                  "the weights were not loaded (pause released, version unchanged)")
+            time.sleep(0.2)  # the new weights would be loaded into the engine here
+            release["policy_version"] = str(next_version)
+        finally:
+            resumed = admin.post("/admin/resume", json=release)
+        if resumed.status_code != 200:
+            raise SwapRefused(f"resume refused ({resumed.status_code}): {resumed.text}")
+    return {"drained": hold.get("drained"), "policy_version": resumed.json().get("policy_version")}
 
 
 def main() -> None:
@@ -98,7 +119,11 @@ def main() -> None:
                "trainable_tokens": sum(g.stats["trainable_tokens"] for g in fresh), "advantages": len(adv),
                "traces": sum(len(r.trajectory.traces) for g in fresh for r in g.usable()),
                "seconds": round(time.monotonic() - started, 1)}
-        swap = weight_swap(settings.proxy_url or "", settings.secret("admin_token"), version + 1)
+        try:
+            swap = weight_swap(settings.proxy_url or "", settings.secret("admin_token"), version + 1)
+        except SwapRefused as exc:
+            print(f"error: weight swap after step {step}: {exc}", file=sys.stderr)
+            sys.exit(1)
         version = int(swap["policy_version"] or version + 1)
         row["swap_drained"] = swap["drained"]
         print(json.dumps(row) if args.json else
