@@ -114,4 +114,10 @@ def print_pipeline(data: dict[str, Any]) -> None:
                            f"capacity={ready.get('capacity')}")
     for name, queues in (data.get("workers") or {}).items():
         table.add_row(f"worker {name}", ", ".join(queues) if isinstance(queues, list) else str(queues))
+    proxy = data.get("proxy") or {}
+    if proxy.get("paused"):  # new model calls are waiting: say who holds them, and until when at most
+        latest = proxy.get("lease_expires_latest")
+        until = time.strftime("%H:%M:%S", time.localtime(latest)) if latest else "?"
+        table.add_row("proxy", f"PAUSED for weight sync: {proxy.get('holders')} holder(s), until {until} at the "
+                               f"latest; policy_version={proxy.get('policy_version')}")
     console.print(table)

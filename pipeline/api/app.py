@@ -139,6 +139,8 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
             "queues": queue_depths(r, stage_queues()),
             "ready": ready.snapshot(),
             "results_stream": stores.results.stats(),
+            # the proxies' weight-sync pause (shared through Redis): who holds it, until when
+            "proxy": stores.proxy_control.read().view(),
         }
         if request.args.get("workers", "1") not in ("0", "false", "no"):
             out["workers"] = _workers(celery)

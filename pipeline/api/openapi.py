@@ -72,7 +72,7 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": {"description": "stream stats and dead-lettered entries"}, **_COMMON}}},
             "/rollout/status": {"get": {"operationId": "pipeline_status", "parameters": [{
                 "name": "workers", "in": "query", "required": False, "schema": {"type": "string"}}],
-                "responses": {"200": {"description": "queues, READY, workers"}, **_COMMON}}},
+                "responses": {"200": {"description": "queues, READY, workers, the proxy pause"}, **_COMMON}}},
             "/metrics": {"get": {"operationId": "metrics",
                                  "responses": {"200": {"description": "Prometheus text: stage queues, in flight, "
                                                                      "READY, tasks, results stream"}, **_COMMON}}},

@@ -164,3 +164,24 @@ def test_a_call_held_by_the_pause_resumes_under_the_version_its_holder_set(proxy
     assert resumed.status_code == 200, resumed.get_json()
     waiting.join(timeout=10)
     assert [rec["policy_version"] for rec in records(redis_url, key)[0]] == ["v7"]
+
+
+def test_the_apis_status_and_polar_status_show_who_holds_the_pause(proxy_app, redis_url, tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from infra.cli import render
+    from pipeline.api.app import create_app as create_api
+    from pipeline.settings import Settings
+
+    api = create_api(Settings(home=tmp_path, redis_url=redis_url)).test_client()
+    assert api.get("/rollout/status?workers=0").get_json()["proxy"]["paused"] is False
+    held = pause(admin_client(proxy_app), holder="trainer-a", lease_seconds=60)
+    proxy = api.get("/rollout/status?workers=0").get_json()["proxy"]
+    assert proxy["paused"] is True and proxy["holders"] == 1
+    assert proxy["lease_expires_soonest"] == proxy["lease_expires_latest"] == pytest.approx(held["lease_expires_at"])
+    out = io.StringIO()
+    monkeypatch.setattr(render, "console", Console(file=out, width=200))
+    render.print_pipeline(api.get("/rollout/status?workers=0").get_json())
+    assert "PAUSED for weight sync: 1 holder(s)" in out.getvalue()
