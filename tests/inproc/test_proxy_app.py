@@ -286,7 +286,8 @@ def test_calls_waiting_out_a_pause_are_never_counted_in_flight(proxy_app, redis_
 
     r = redis.Redis.from_url(redis_url)
     admin = admin_client(proxy_app)
-    assert admin.post("/admin/pause", query_string={"timeout_seconds": 5}).get_json()["drained"]
+    hold = {"holder": "trainer"}  # pausing again as the same holder renews its hold (no second holder)
+    assert admin.post("/admin/pause", query_string={"timeout_seconds": 5, **hold}).get_json()["drained"]
     clients = [sdk_clients(proxy_app, running_session(redis_url))["openai"] for _ in range(4)]
     waiting = [threading.Thread(target=lambda c=c: c.chat.completions.create(model="fake", messages=MSG))
                for c in clients]
@@ -300,12 +301,13 @@ def test_calls_waiting_out_a_pause_are_never_counted_in_flight(proxy_app, redis_
             time.sleep(0.005)
         assert all(t.is_alive() for t in waiting)
         assert max(seen) == 0, f"waiting calls held leases in {sum(1 for n in seen if n)} of 400 reads"
-        again = admin.post("/admin/pause", query_string={"timeout_seconds": 2}).get_json()
-        assert again["paused"] and again["drained"], again
+        again = admin.post("/admin/pause", query_string={"timeout_seconds": 2, **hold}).get_json()
+        assert again["paused"] and again["drained"] and again["holders"] == 1, again
     finally:
-        admin.post("/admin/resume")
+        resumed = admin.post("/admin/resume", json=hold)
         for t in waiting:
             t.join(timeout=10)
+    assert resumed.status_code == 200 and resumed.get_json()["paused"] is False
     assert not any(t.is_alive() for t in waiting)
 
 
