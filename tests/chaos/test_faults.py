@@ -120,11 +120,13 @@ def test_proxy_killed_mid_call_then_pause_still_drains(chaos_stack, chaos_client
     wait_for(lambda: chaos_stack.pid("proxy") not in (None, old) and healthy(chaos_stack.settings.proxy_url),
              timeout=60)
     back = time.monotonic()
+    drained: dict = {}
     try:
         drained = admin.post("/admin/pause", params={"timeout_seconds": 20}).json()
         assert drained["paused"] and drained["drained"], drained  # the dead proxy's calls lapsed
     finally:
-        admin.post("/admin/resume")
+        resumed = admin.post("/admin/resume", json={"holder": drained.get("holder")})
+    assert resumed.status_code == 200 and not resumed.json()["paused"], resumed.text  # else the stack stays held
     finish_and_report(chaos_stack, chaos_client, "kill -9 proxy (call in flight)", task_id, faulted, mid, back)
 
 
