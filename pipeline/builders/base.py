@@ -28,6 +28,15 @@ class BuildContext:
     harness: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    def policy_version(self, stamped: str | None) -> str | None:
+        """The policy version a trace reports: the task's ``metadata.policy_version`` when it
+        names one -- the trainer's own word for what it submitted under -- else what the proxy
+        stamped when the call was admitted (its last resume's version). The proxy's stamp
+        outlives the run that set it (a later run that never resumes with a version would be
+        stamped with an old one); each record and merged turn keeps it as ``proxy_policy_version``."""
+        own = self.metadata.get("policy_version")
+        return str(own) if own is not None else stamped
+
     def trace_metadata(self, builder: str, **extra: Any) -> dict[str, Any]:
         """Provenance every trace carries (the trainer groups and filters on these)."""
         carried: dict[str, Any] = {k: self.metadata[k] for k in ("group_id", "policy_version", "rollout_step")

@@ -39,6 +39,7 @@ class PerRequestBuilder:
             finish_reason=c.finish_reason,
             metadata=ctx.trace_metadata(
                 self.name, completion_id=c.completion_id, provider=c.provider,
-                policy_version=c.policy_version or ctx.metadata.get("policy_version"), sampling=sampling_of(req),
+                policy_version=ctx.policy_version(c.policy_version), proxy_policy_version=c.policy_version,
+                sampling=sampling_of(req),
             ),
         )

@@ -72,7 +72,7 @@ class _Chain:
                            "response_len": len(c.response_ids), "interstitial_len": len(interstitial),
                            "finish_reason": c.finish_reason, "context_matches": self.exact,
                            "sampling": sampling_of(c.normalized_request),
-                           "policy_version": c.policy_version})  # as the proxy stamped it (None: none set)
+                           "proxy_policy_version": c.policy_version})  # as the proxy stamped it (None: none set)
         self.response += c.response_ids
         self.mask += [1.0] * len(c.response_ids)
         self.logprobs += c.response_logprobs
@@ -179,10 +179,9 @@ class PrefixMergingBuilder:
             metadata=ctx.trace_metadata(
                 self.name, chain_index=index, completion_ids=[r.completion_id for r in chain.records],
                 turns=chain.turns, context_exact=chain.exact,
-                policy_version=last.policy_version or ctx.metadata.get("policy_version"),
+                policy_version=ctx.policy_version(last.policy_version),
                 # every merged turn's: a chain sampled across a weight swap is as stale as its oldest
-                policy_versions=list(dict.fromkeys(r.policy_version or ctx.metadata.get("policy_version")
-                                                   for r in chain.records))),
+                policy_versions=list(dict.fromkeys(ctx.policy_version(r.policy_version) for r in chain.records))),
         )
 
 

@@ -394,5 +394,20 @@ def test_each_merged_turn_names_the_policy_version_that_sampled_it():
     first, second = conv.sample(False, False, 0, 0.0), conv.sample(False, False, 1, 1.0)
     first.policy_version, second.policy_version = "3", "4"
     [trace] = build([first, second]).traces
-    assert trace.metadata["policy_versions"] == ["3", "4"]
-    assert [t["policy_version"] for t in trace.metadata["turns"]] == ["3", "4"]
+    assert trace.metadata["policy_versions"] == ["3", "4"] and trace.metadata["policy_version"] == "4"
+    assert [t["proxy_policy_version"] for t in trace.metadata["turns"]] == ["3", "4"]
+
+
+def test_a_tasks_own_policy_version_outranks_a_stamp_left_by_an_earlier_run():
+    """The proxy's version outlives the run that set it: a run that names its version on its
+    tasks (slime's rollout) and never resumes with one was stamped with the old run's, and a
+    staleness filter dropped every session (probe). The task's word wins; the stamps stay."""
+    conv = Conversation(random.Random(7), system=[100])
+    first, second = conv.sample(False, False, 0, 0.0), conv.sample(False, False, 1, 1.0)
+    first.policy_version = second.policy_version = "2"
+    ctx = BuildContext("s", "t", "shell", {"policy_version": "40"})
+    [trace] = builders.create("prefix_merging", {}).build([first, second], ctx).traces
+    assert trace.metadata["policy_version"] == "40" and trace.metadata["policy_versions"] == ["40"]
+    assert [t["proxy_policy_version"] for t in trace.metadata["turns"]] == ["2", "2"]
+    [one, _] = builders.create("per_request", {}).build([first, second], ctx).traces
+    assert one.metadata["policy_version"] == "40" and one.metadata["proxy_policy_version"] == "2"
