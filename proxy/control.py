@@ -26,23 +26,28 @@ class Control:
         self.store = store
         self.default_policy_version = default_policy_version
 
-    def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float) -> str | None:
+    def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float,
+                still_wanted: Callable[[], Any] = lambda: None) -> str | None:
         """The policy version for a call that entered (``replies`` of the store's enter
         commands); while paused, the call steps out and waits holding no lease (so a pause
         taken meanwhile drains), reading the flag alone until it clears, then enters again;
         the enter re-reads the flag after its lease is in, so a pause that lands in between is
-        either seen by the call or counts the call."""
+        either seen by the call or counts the call. After a wait, ``still_wanted()`` raises when
+        the call's session ended meanwhile (its budget ran out while it was parked)."""
         _, paused, version = replies
         version = version.decode() if version else None
         deadline = time.monotonic() + max_wait
+        parked = time.monotonic()
         while paused:
             self.store.exit(call_id)
             while True:
                 if time.monotonic() > deadline:
-                    raise UpstreamTimeout("inference is paused for weight sync and did not resume in time")
+                    raise UpstreamTimeout(f"inference is paused for weight sync and did not resume in time "
+                                          f"(parked {time.monotonic() - parked:.0f} s)")
                 time.sleep(POLL_SECONDS)
                 if not self.store.is_paused():
                     break
+            still_wanted()
             paused, version = self.store.enter(call_id, lease())
         return version or self.default_policy_version
 

@@ -152,7 +152,8 @@ class Gateway:
             raise
         try:
             return lease, seq, self.control.entered(enter, lease.call_id, self.inflight.expiry,
-                                                    self.settings.upstream_timeout_seconds), token_in
+                                                    self.settings.upstream_timeout_seconds,
+                                                    still_wanted=lambda: self.check_key(admission.key)), token_in
         except ProxyError as err:
             self._release(lease, [], entered=False)
             raise err

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from infra import fake_upstream
 from pipeline import keys
@@ -185,3 +186,35 @@ def test_the_apis_status_and_polar_status_show_who_holds_the_pause(proxy_app, re
     monkeypatch.setattr(render, "console", Console(file=out, width=200))
     render.print_pipeline(api.get("/rollout/status?workers=0").get_json())
     assert "PAUSED for weight sync: 1 holder(s)" in out.getvalue()
+
+
+def test_a_call_parked_past_its_sessions_end_never_reaches_the_engine(proxy_app, redis_url):
+    """A session whose budget ran out while its call waited out a pause: after the resume the
+    call is refused as the ended session's, not sent to the engine (and recorded as aborted)."""
+    import openai
+
+    from pipeline.status import SessionStatus
+    from pipeline.stores.sessions import SessionStore
+    from tests.support import sid_of
+
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)["openai"]
+    outcome: list = []
+
+    def call():
+        try:
+            c.with_options(max_retries=0).chat.completions.create(model="fake", messages=MSG)
+            outcome.append("answered")
+        except openai.APIStatusError as exc:
+            outcome.append(exc.status_code)
+
+    waiting = threading.Thread(target=call)
+    waiting.start()
+    time.sleep(0.3)
+    SessionStore(redis.Redis.from_url(redis_url)).transition(sid_of(key), SessionStatus.POSTRUN)  # its budget ran out
+    assert admin.post("/admin/resume", json={"holder": held["holder"]}).status_code == 200
+    waiting.join(timeout=10)
+    assert outcome == [403]
+    assert records(redis_url, key) == ([], [])  # nothing sampled, nothing recorded
