@@ -218,3 +218,20 @@ def test_a_call_parked_past_its_sessions_end_never_reaches_the_engine(proxy_app,
     waiting.join(timeout=10)
     assert outcome == [403]
     assert records(redis_url, key) == ([], [])  # nothing sampled, nothing recorded
+
+
+def test_an_integer_version_only_moves_forward_unless_forced(proxy_app):
+    """Going back (7 -> 1) made every later session's lag negative: nothing was ever stale."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "7"}).status_code == 200
+    held = pause(admin)
+    back = admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "1"})
+    assert back.status_code == 409 and "older than the current 7" in back.get_json()["error"]["message"]
+    assert status(admin)["paused"] is True and status(admin)["policy_version"] == "7"  # nothing written
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "8"}).status_code == 200
+    held = pause(admin)
+    forced = admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "1", "force": True})
+    assert forced.status_code == 200 and status(admin)["policy_version"] == "1"
+    held = pause(admin)  # names that are not integers are not compared
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "ckpt-a"}).status_code == 200
