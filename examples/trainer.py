@@ -62,6 +62,19 @@ def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: flo
     return done
 
 
+def current_version(proxy_url: str, admin_token: str | None) -> int:
+    """Where a run goes on from: the proxy's policy version when it is an integer (a trainer
+    started again on a stack it swapped before), else 0. The proxy refuses to go back."""
+    with httpx.Client(base_url=proxy_url, headers={"x-polar-admin-token": admin_token or ""}, timeout=30) as admin:
+        answer = admin.get("/admin/status")
+        answer.raise_for_status()
+        version = answer.json().get("policy_version")
+    try:
+        return int(version) if version is not None else 0
+    except ValueError:
+        return 0
+
+
 class SwapRefused(RuntimeError):
     """The proxy would not swap cleanly: the drain timed out, or the resume was refused."""
 
@@ -102,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     settings = client_settings()
     client = RolloutClient.from_settings(settings)
-    version = 0
+    version = current_version(settings.proxy_url or "", settings.secret("admin_token"))
     for step in range(args.steps):
         started = time.monotonic()
         expected = submit_step(client, step, version, args.tasks, args.group_size)
