@@ -44,11 +44,13 @@ def submit_step(client: RolloutClient, step: int, version: int, tasks: int, grou
     return submitted
 
 
-def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: float) -> list[groups.Group]:
+def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: float) -> tuple[list[groups.Group], int]:
     """Read the stream until every submitted task's group is complete (acking as we go: the
-    results are in this process's buffer from then on)."""
+    results are in this process's buffer from then on). Results of other tasks (an earlier
+    step's late sessions, another run's) are acked unused and counted."""
     pending: dict[str, list] = defaultdict(list)
     done: list[groups.Group] = []
+    others = 0
     deadline = time.monotonic() + timeout
     for item in client.results(group="example-trainer", consumer="rank0", block_ms=1000, stop_after=timeout):
         result = item.result
@@ -56,10 +58,12 @@ def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: flo
             pending[result.task_id].append(result)
             if len(pending[result.task_id]) == expected[result.task_id]:
                 done.append(groups.Group(result.task_id, pending.pop(result.task_id), expected[result.task_id]))
+        else:
+            others += 1
         item.ack()
         if len(done) == len(expected) or time.monotonic() > deadline:
             break
-    return done
+    return done, others
 
 
 def current_version(proxy_url: str, admin_token: str | None) -> int:
@@ -119,7 +123,7 @@ def main() -> None:
     for step in range(args.steps):
         started = time.monotonic()
         expected = submit_step(client, step, version, args.tasks, args.group_size)
-        closed = collect_groups(client, expected, args.timeout)
+        closed, others = collect_groups(client, expected, args.timeout)
         fresh = [groups.Group(g.task_id, [r for r in g.results if not groups.stale(r, version, args.max_lag)],
                               g.expected) for g in closed]
         adv = {k: v for g in fresh for k, v in groups.advantages(g).items()}
@@ -131,7 +135,7 @@ def main() -> None:
                                     / max(1, sum(g.stats["usable"] for g in fresh)), 4),
                "trainable_tokens": sum(g.stats["trainable_tokens"] for g in fresh), "advantages": len(adv),
                "traces": sum(len(r.trajectory.traces) for g in fresh for r in g.usable()),
-               "seconds": round(time.monotonic() - started, 1)}
+               "seconds": round(time.monotonic() - started, 1), "other_tasks_results_skipped": others}
         try:
             swap = weight_swap(settings.proxy_url or "", settings.secret("admin_token"), version + 1)
         except SwapRefused as exc:
