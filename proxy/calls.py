@@ -30,6 +30,7 @@ from pipeline.errors import unreadable_body
 from pipeline.settings import Settings
 from proxy.client_watch import client_socket
 from proxy.content_encoding import decoded
+from proxy.control import PARKED
 from proxy.detection import detect
 from proxy.errors import BadRequest, PayloadTooLarge, ProxyError, Unavailable, UpstreamError
 from proxy.gateway import Call, Gateway
@@ -137,7 +138,9 @@ class ModelCalls:
         except BaseException:
             gw.cancel_admit(admission)
             raise
-        lease, seq, version, token_in = gw.admitted(admission)  # a refused call is refused first
+        # A stream that finds inference paused is opened and kept alive while it waits (``_stream``).
+        lease, seq, version, token_in = gw.admitted(admission, park=parsed is not None and parsed.stream)
+        parked = version == PARKED
         started = time.time()
         admitted.append(request_id(lease.session_id, seq))
         try:
@@ -151,12 +154,12 @@ class ModelCalls:
         except BaseException:
             gw.abandon(lease)
             raise
-        call = Call(lease, seq, version, provider, parsed, body, started, scope, received, token_in, raw,
-                    client_socket(req.environ) if self.watch_clients else None)
+        call = Call(lease, seq, None if parked else version, provider, parsed, body, started, scope, received,
+                    token_in, raw, client_socket(req.environ) if self.watch_clients else None)
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
-        return self._stream(call, admitted[0])
+        return self._stream(call, admitted[0], (lambda: gw.unpark(call, presented)) if parked else None)
 
     def _prewarm(self, provider: Provider, sid: str, body: dict[str, Any], chat: dict[str, Any]) -> Answer:
         """A cache pre-warm of session ``sid`` (its key checked), answered with its prompt's count;
@@ -164,13 +167,21 @@ class ModelCalls:
         count = self.gw.count_request_tokens(chat, affinity=sid)
         return Answer(200, JSON, json_bytes(provider.prewarm_response(body, count)))
 
-    def _stream(self, call: Call, rid: str) -> tuple[Answer, bool]:
+    def _stream(self, call: Call, rid: str, unpark: Callable[[], None] | None = None) -> tuple[Answer, bool]:
         """The answer as its API's event stream: in one write when the engine answers within the
         keepalive interval (an HTTP error status is then still possible), else opened at once and
-        kept alive while the engine works (the metrics count it when it ends)."""
+        kept alive while the engine works -- and first, for a call parked by a weight-sync pause,
+        while it waits (the metrics count it when it ends)."""
         writer = call.provider.stream(call.parsed)
         events_of = _StreamEvents(writer)
-        job = _Job(self.gw.complete, call, events_of.encode)
+        gw = self.gw
+
+        def run(call: Call, encode: Callable[[Turn, dict[str, Any]], Any]) -> Any:
+            if unpark is not None:
+                unpark()
+            return gw.complete(call, encode)
+
+        job = _Job(run, call, events_of.encode)
         if job.wait(self.keepalive):
             _, _, body = job.result()
             # One buffer: the server writes each item of a body as its own chunk and syscall.

@@ -19,6 +19,9 @@ POLL_SECONDS = 0.05
 # A call arriving during a pause holds a lease for one round trip before it sees the flag and
 # steps out: a resume setting a version waits this long for such leases before refusing.
 RESUME_SETTLE_SECONDS = 1.0
+# What ``entered(park=True)`` returns for a call that found the proxy paused (no version can be
+# this: versions are printable ASCII).
+PARKED = "\x00parked"
 
 
 class Control:
@@ -27,19 +30,28 @@ class Control:
         self.default_policy_version = default_policy_version
 
     def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float,
-                still_wanted: Callable[[], Any] = lambda: None) -> str | None:
+                still_wanted: Callable[[], Any] = lambda: None, park: bool = False) -> str | None:
         """The policy version for a call that entered (``replies`` of the store's enter
         commands); while paused, the call steps out and waits holding no lease (so a pause
-        taken meanwhile drains), reading the flag alone until it clears, then enters again;
-        the enter re-reads the flag after its lease is in, so a pause that lands in between is
-        either seen by the call or counts the call. After a wait, ``still_wanted()`` raises when
-        the call's session ended meanwhile (its budget ran out while it was parked)."""
+        taken meanwhile drains) -- or, with ``park``, steps out and returns ``PARKED`` at once,
+        to wait in ``wait_out`` where its caller can keep a stream alive meanwhile."""
         _, paused, version = replies
-        version = version.decode() if version else None
-        deadline = time.monotonic() + max_wait
-        parked = time.monotonic()
-        while paused:
-            self.store.exit(call_id)
+        if not paused:
+            return (version.decode() if version else None) or self.default_policy_version
+        self.store.exit(call_id)
+        if park:
+            return PARKED
+        return self.wait_out(call_id, lease, max_wait, still_wanted)
+
+    def wait_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
+                 still_wanted: Callable[[], Any] = lambda: None) -> str | None:
+        """Wait, holding no lease, until the pause clears, then enter again; the enter re-reads
+        the flag after its lease is in, so a pause that lands in between is either seen by the
+        call or counts the call. After a wait, ``still_wanted()`` raises when the call's session
+        ended meanwhile (its budget ran out while it was parked)."""
+        deadline = parked = time.monotonic()
+        deadline += max_wait
+        while True:
             while True:
                 if time.monotonic() > deadline:
                     raise UpstreamTimeout(f"inference is paused for weight sync and did not resume in time "
@@ -49,7 +61,9 @@ class Control:
                     break
             still_wanted()
             paused, version = self.store.enter(call_id, lease())
-        return version or self.default_policy_version
+            if not paused:
+                return version or self.default_policy_version
+            self.store.exit(call_id)
 
     def pause(self, timeout: float, lease_seconds: float, holder: str | None = None) -> dict[str, Any]:
         """Hold the pause as ``holder`` (a new id when None) for ``lease_seconds`` and wait up to

@@ -122,8 +122,11 @@ class Gateway:
         return [self.gate.begin_command(sid, key or "", call_id, expiry),
                 *self.stores.proxy_control.enter_commands(call_id, expiry)]
 
-    def admitted(self, admission: "Admission", retried: bool = False,
-                 waiting: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+    def admitted(self, admission: "Admission", retried: bool = False, waiting: bool = False,
+                 park: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+        """The admission's verdict: (lease, sequence number, policy version, token-in mode). While
+        weight sync pauses inference the call waits here -- or, with ``park``, the version is
+        ``control.PARKED`` and the call waits in ``unpark`` (a stream kept alive meanwhile)."""
         lease, sid = admission.lease, admission.lease.session_id
         try:
             if admission.pending is None:
@@ -133,7 +136,7 @@ class Gateway:
             self.inflight.done(lease)
             if waiting:
                 raise
-            return self._admit_when_back(admission.key, away)
+            return self._admit_when_back(admission.key, away, park)
         except NoScript:
             # Redis restarted (or dropped its scripts) since this process loaded ours; the
             # round trip's other commands still ran, so undo them before trying again.
@@ -141,7 +144,7 @@ class Gateway:
             self.gate.reload()
             if retried:
                 raise
-            return self.admitted(self.begin_admit(admission.key), retried=True)
+            return self.admitted(self.begin_admit(admission.key), retried=True, park=park)
         except BaseException:
             self.inflight.done(lease)
             raise
@@ -153,17 +156,34 @@ class Gateway:
         try:
             return lease, seq, self.control.entered(enter, lease.call_id, self.inflight.expiry,
                                                     self.settings.upstream_timeout_seconds,
-                                                    still_wanted=lambda: self.check_key(admission.key)), token_in
+                                                    still_wanted=lambda: self.check_key(admission.key),
+                                                    park=park), token_in
         except ProxyError as err:
             self._release(lease, [], entered=False)
             raise err
 
-    def _admit_when_back(self, key: str | None, away: Exception) -> tuple[Lease, int, str | None, TokenIn]:
+    def _admit_when_back(self, key: str | None, away: Exception,
+                         park: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
         """Admit a call that found Redis away, once it is back: nothing was sampled yet, so the
         call waits rather than fail with a 503 that an SDK's few quick retries would not outlast.
         (An admission whose reply was lost may have been counted: its in-flight entry lapses
         with its lease, as a killed proxy's does.)"""
-        return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True), away)
+        return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True, park=park), away)
+
+    def unpark(self, call: Call, key: str | None) -> None:
+        """Wait out the pause a parked call found (``admitted(park=True)``), then stamp the
+        version it samples under; a call that cannot go on (the pause outlasted its wait, its
+        session ended) leaves with nothing recorded, as one refused at admission does."""
+        try:
+            call.policy_version = self.control.wait_out(call.lease.call_id, self.inflight.expiry,
+                                                        self.settings.upstream_timeout_seconds,
+                                                        still_wanted=lambda: self.check_key(key))
+        except ProxyError:
+            self._release(call.lease, [], entered=False)
+            raise
+        except BaseException:
+            self.abandon(call.lease)
+            raise
 
     def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
         """A sampled turn whose record could not be written (Redis away): written once Redis is

@@ -235,3 +235,35 @@ def test_an_integer_version_only_moves_forward_unless_forced(proxy_app):
     assert forced.status_code == 200 and status(admin)["policy_version"] == "1"
     held = pause(admin)  # names that are not integers are not compared
     assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "ckpt-a"}).status_code == 200
+
+
+def test_a_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_waits(proxy_app, redis_url):
+    """A streamed call parked by a pause got no byte until the resume: a harness with a 20 s read
+    timeout gave up on a 45 s weight update and its session ended ERROR (probe). It is now opened
+    and sent keepalives while parked, then answered."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    key = running_session(redis_url)
+    got: dict = {}
+    first_chunk = threading.Event()
+
+    def stream():
+        resp = proxy_app.test_client().post(f"/s/{key}/v1/chat/completions", json={
+            "model": "fake", "messages": MSG, "stream": True}, headers={"Authorization": f"Bearer {key}"},
+            buffered=False)
+        got["status"] = resp.status_code
+        chunks = iter(resp.response)
+        got["first"] = next(chunks)
+        first_chunk.set()
+        got["rest"] = b"".join(chunks)
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    assert first_chunk.wait(timeout=5), "no byte while the call was parked"
+    assert got["status"] == 200 and status(admin)["paused"] and records(redis_url, key)[0] == []
+    time.sleep(1.0)  # a few keepalive intervals (0.3 s here) while still parked
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "9"}).status_code == 200
+    reader.join(timeout=10)
+    assert b"data: [DONE]" in got["rest"] and got["rest"].count(b": keepalive") >= 2
+    [rec] = records(redis_url, key)[0]
+    assert rec["policy_version"] == "9"  # stamped with the version it was sampled under
