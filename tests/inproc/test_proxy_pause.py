@@ -267,3 +267,29 @@ def test_a_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_
     assert b"data: [DONE]" in got["rest"] and got["rest"].count(b": keepalive") >= 2
     [rec] = records(redis_url, key)[0]
     assert rec["policy_version"] == "9"  # stamped with the version it was sampled under
+
+
+def test_parked_calls_read_the_pause_once_a_poll_for_all_of_them(proxy_app, redis_url, r):
+    """Each parked call polled the flag itself: 8 parked calls took Redis from 7 to 198 commands a
+    second, a thousand would make 20k (probe). A process now reads it once a poll interval."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    key = running_session(redis_url)
+    c = sdk_clients(proxy_app, key)["openai"]
+    parked = [threading.Thread(target=lambda: c.chat.completions.create(model="fake", messages=MSG))
+              for _ in range(8)]
+    for t in parked:
+        t.start()
+    time.sleep(0.5)  # all parked
+
+    def reads() -> int:
+        return int(r.info("commandstats").get("cmdstat_exists", {}).get("calls", 0))
+
+    before = reads()
+    time.sleep(1.0)
+    per_second = reads() - before
+    assert admin.post("/admin/resume", json={"holder": held["holder"]}).status_code == 200
+    for t in parked:
+        t.join(timeout=10)
+    assert len(records(redis_url, key)[0]) == 8
+    assert per_second <= 30, per_second  # one reader at a 0.05 s poll: about 20, not 8 x 20
