@@ -253,7 +253,13 @@ class DockerRuntime:
             reader.join(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
         reader.join(timeout=10)
         cancelled = cancelled or (not timed_out and cancel_marker(self.root).exists())
-        code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
+        try:
+            code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
+        except Exception as exc:  # the engine's API went away under the command
+            out.close()
+            err.close()
+            raise ExecError(f"the container engine stopped answering while {self.name} ran a command "
+                            f"({self.handle.get('docker_host') or 'the default engine'}): {exc}") from exc
         if not (timed_out or cancelled) and (code is None or code >= 128):
             self._check_running(out, err)  # killed with its container: no result at all
         with out, err:
