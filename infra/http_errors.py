@@ -10,6 +10,8 @@ one body serves them all.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from gunicorn.workers.gthread import ThreadWorker
 
@@ -43,7 +45,21 @@ def _write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:  #
 
 
 class JsonErrorThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker, answering unparseable requests in JSON (``error_response``)."""
+    """gunicorn's gthread worker, answering unparseable requests in JSON (``error_response``),
+    with a quick shutdown that exits once.
+
+    Ctrl-C signals the process group: the worker gets SIGINT, then SIGQUIT from its master, and
+    each ran gunicorn's ``handle_quit``, which raises ``SystemExit`` in the main thread. The
+    second landed while the interpreter ran its exit handlers (torch's, in the reference model)
+    and was printed as a traceback in model.log."""
+
+    _quitting = False
+
+    def handle_quit(self, sig: Any, frame: Any) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        super().handle_quit(sig, frame)
 
     def init_process(self) -> None:
         from gunicorn import util
