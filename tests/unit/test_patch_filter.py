@@ -105,6 +105,7 @@ def test_quoted_renamed_and_binary_sections_are_read():
     ("**/build/**", "build/out.txt", True), ("**/build/**", "rebuild/out.txt", False),
     ("tests/**", "tests/a/b.py", True), ("tests", "tests/a/b.py", True), ("tests", "tests_old/a.py", False),
     ("t?st_[a-c].py", "test_b.py", True), ("t?st_[!a-c].py", "test_b.py", False),
+    ("./tests", "tests/a.py", True), (".venv", ".venv/lib/x.py", True),
 ])
 def test_globs_follow_gits_pathspec_rules(pattern, path, covered):
     assert glob_matches(pattern, path) is covered

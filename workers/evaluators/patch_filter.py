@@ -242,6 +242,8 @@ def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: l
 def glob_matches(pattern: str, path: str) -> bool:
     """Whether git's ``:(glob)`` pathspec ``pattern`` covers ``path``: the path itself or a
     folder it lies in."""
+    while pattern.startswith("./"):  # as git reads a pathspec from the repository's top
+        pattern = pattern[2:]
     regex = _glob_regex(pattern)
     parts = path.split("/")
     return any(regex.fullmatch("/".join(parts[:n])) for n in range(len(parts), 0, -1))
