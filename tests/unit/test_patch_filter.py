@@ -77,11 +77,24 @@ def test_text_before_the_first_section_is_dropped():
     assert kept.data == EDIT and kept.dropped[0]["reason"] == "not part of a file's section"
 
 
-def test_a_file_beneath_a_symlink_the_patch_creates_is_dropped():
+@pytest.mark.parametrize("link_first", [True, False])
+def test_a_file_beneath_a_symlink_the_patch_creates_is_dropped(link_first):
     link = (b"diff --git a/site b/site\nnew file mode 120000\nindex 0000000..4444444\n--- /dev/null\n+++ b/site\n"
             b"@@ -0,0 +1 @@\n+/usr/lib/python3/dist-packages\n\\ No newline at end of file\n")
-    kept = filter_patch(link + new_file("site/sitecustomize.py", "import os"), NOISE)
+    beneath = new_file("site/sitecustomize.py", "import os")
+    kept = filter_patch(link + beneath if link_first else beneath + link, NOISE)
     assert kept.files == ["site"] and "beneath the symlink 'site'" in kept.dropped[0]["reason"]
+
+
+def test_a_binary_block_holds_only_what_git_writes_there():
+    """patch(1) skips git's binary blocks and reads on: a plain diff hidden in one (an Index line
+    and an ed-style hunk) would have created a hook."""
+    head = b"diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..5555555\nGIT binary patch\n"
+    honest = head + b"literal 9\nQcmZQzWMXDvWn^Ll00Sig0RR91\n\nliteral 0\nHcmV?d00001\n\n"
+    assert filter_patch(honest, NOISE).files == ["blob.bin"]
+    hidden = head + b"literal 9\nQcmZQzWMXDvWn^Ll00Sig0RR91\n\nIndex: .git/hooks/post-checkout\n0a1\n> touch x\n"
+    kept = filter_patch(hidden, NOISE)
+    assert kept.files == [] and "binary patch that git does not write" in kept.dropped[0]["reason"]
 
 
 def test_quoted_renamed_and_binary_sections_are_read():

@@ -30,6 +30,7 @@ _EXTENDED = (b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode 
 _PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SYMLINK_MODE = b"120000"
+_BINARY_LINE = re.compile(rb"(?:literal|delta) \d+|[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+|")
 _ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
@@ -49,22 +50,34 @@ def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Filtered:
     kept: list[bytes] = []
     files: list[str] = []
     dropped = [{"path": "(before the first file)", "reason": "not part of a file's section"}] if preamble.strip() else []
-    symlinks: list[str] = []
-    for lines in sections:
-        try:
-            paths, target, creates_link = _read_section(lines)
-        except Malformed as exc:
-            dropped.append({"path": _header_text(lines[0]), "reason": f"not a section git writes: {exc}"})
-            continue
-        reason = _refusal(paths, exclude, symlinks)
+    read = [_Section.of(lines) for lines in sections]
+    # Every symlink the patch makes, wherever its section comes: a file beneath one is refused
+    # whether it is written before or after the link.
+    symlinks = [s.target for s in read if s.creates_link and s.problem is None]
+    for section in read:
+        reason = section.problem or _refusal(section.paths, exclude, symlinks)
         if reason:
-            dropped.append({"path": target, "reason": reason})
+            dropped.append({"path": section.target, "reason": reason})
             continue
-        if creates_link:
-            symlinks.append(target)
-        kept.append(b"".join(lines))
-        files.append(target)
+        kept.append(b"".join(section.lines))
+        files.append(section.target)
     return Filtered(b"".join(kept), files, dropped)
+
+
+@dataclass
+class _Section:
+    lines: list[bytes]
+    paths: list[str]
+    target: str
+    creates_link: bool
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, lines: list[bytes]) -> "_Section":
+        try:
+            return cls(lines, *_read_section(lines))
+        except Malformed as exc:
+            return cls(lines, [], _header_text(lines[0]), False, f"not a section git writes: {exc}")
 
 
 def _split(data: bytes) -> tuple[bytes, list[list[bytes]]]:
@@ -108,8 +121,10 @@ def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
         if len(rest) > 1:
             raise Malformed("lines after 'Binary files ... differ'")
     elif rest and _bare(rest[0]) == b"GIT binary patch":
-        if any(line.startswith((b"--- ", b"+++ ", b"@@", _HEADER)) for line in rest[1:]):
-            raise Malformed("file headers inside a binary patch")
+        # Only what git writes there: "literal N" / "delta N", base85 lines (a length letter,
+        # then the alphabet), blank lines. Anything else could be read by patch(1) as a diff.
+        if not all(_BINARY_LINE.fullmatch(_bare(line)) for line in rest[1:]):
+            raise Malformed("a line in a binary patch that git does not write")
     elif rest:
         raise Malformed(f"unexpected line {_bare(rest[0])[:60]!r}")
     target = paths[-1] if paths else ""
