@@ -31,3 +31,8 @@ def test_a_config_no_grader_can_honour_is_refused_when_built(strategy, config, m
 def test_good_configs_still_build():
     assert evaluators.create("test_on_output", {**TESTS, "exclude_patterns": ["**/conftest.py"], "timeout_seconds": 5})
     assert evaluators.create("command", {"command": "true", "timeout_seconds": 1.5, "success_exit_codes": [0, 3]})
+
+
+def test_an_exclude_pattern_that_is_no_glob_is_refused_when_built():
+    with pytest.raises(EvaluationError, match="not a glob"):
+        evaluators.create("test_on_output", {**TESTS, "exclude_patterns": ["[z-a]"]})

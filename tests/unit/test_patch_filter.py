@@ -122,3 +122,25 @@ def test_quoted_renamed_and_binary_sections_are_read():
 ])
 def test_globs_follow_gits_pathspec_rules(pattern, path, covered):
     assert glob_matches(pattern, path) is covered
+
+
+@pytest.mark.parametrize("name", ["conftest.py ", "conftest.py x", "conftest.py\u00a0"])
+def test_a_name_patch1_would_cut_at_its_whitespace_is_read_as_patch1_reads_it(name):
+    """patch(1) ends an unquoted name at its first whitespace unless a tab follows (git writes a
+    tab after a name with a space): "conftest.py x" was conftest.py to patch and passed (probe)."""
+    section = (f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+               "@@ -0,0 +1 @@\n+PWNED = 1\n").encode()
+    kept = filter_patch(section + EDIT, (*NOISE, "conftest.py"))
+    assert kept.files == ["calc.py"] and kept.data == EDIT, kept.dropped
+
+
+def test_a_name_with_a_space_as_git_writes_it_is_kept():
+    section = (b"diff --git a/my file.py b/my file.py\nnew file mode 100644\n--- /dev/null\n+++ b/my file.py\t\n"
+               b"@@ -0,0 +1 @@\n+x\n")
+    assert filter_patch(section, NOISE).files == ["my file.py"]
+
+
+@pytest.mark.parametrize("header", [b'diff --git "a/\\19x" "b/\\19x"\n', b'diff --git "a/x\\1" "b/x\\1"\n'])
+def test_a_broken_octal_escape_is_a_section_git_does_not_write_not_a_crash(header):
+    kept = filter_patch(header + b"new file mode 100644\n" + EDIT, NOISE)
+    assert kept.files == ["calc.py"] and "not a section git writes" in kept.dropped[0]["reason"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvaluationError
-from workers.evaluators.patch_filter import filter_patch
+from workers.evaluators.patch_filter import filter_patch, glob_matches
 from workers.runtimes import Runtime
 
 NOISE = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**", "**/build/**",
@@ -90,6 +90,11 @@ def exclude_list(value: Any) -> list[str]:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in value):
         raise TypeError("'exclude_patterns' must be a list of glob patterns (non-empty strings)")
+    for pattern in value:
+        try:
+            glob_matches(pattern, "x")
+        except re.error as exc:
+            raise TypeError(f"exclude pattern {pattern!r} is not a glob: {exc}") from None
     return list(value)
 
 
@@ -130,7 +135,10 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
         host = Path(folder) / "agent.patch"
         runtime.download(PATCH_FILE, str(host))
         data = host.read_bytes()
-    kept = filter_patch(data, (*NOISE, *exclude_patterns))
+    try:
+        kept = filter_patch(data, (*NOISE, *exclude_patterns))
+    except Exception as exc:  # the agent's bytes: what they break is the agent's failed grade
+        raise PatchUnavailable(f"the agent's patch could not be read: {type(exc).__name__}: {exc}") from exc
     return Patch(data=kept.data, files=kept.files, dropped=kept.dropped)
 
 

@@ -193,8 +193,11 @@ def _quoted(text: str) -> tuple[str, str]:
             return _flush(out, raw), text[i + 1:]
         if c == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
-            if nxt in "01234567" and i + 3 < len(text):
-                raw.append(int(text[i + 1:i + 4], 8) & 0xFF)
+            if nxt in "01234567":
+                digits = text[i + 1:i + 4]
+                if len(digits) != 3 or any(d not in "01234567" for d in digits):
+                    raise Malformed("a quoted path with a broken octal escape")
+                raw.append(int(digits, 8) & 0xFF)
                 i += 4
                 continue
             out.append(_flush([], raw))
@@ -237,8 +240,14 @@ def _header_text(line: bytes) -> str:
 def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: list[str]) -> str | None:
     if not paths:
         return "names no path"
-    for path in paths:
+    # patch(1) ends an unquoted name at its first whitespace unless a tab follows it (git writes
+    # that tab after a name with a space): "conftest.py x" is conftest.py to patch. So the name
+    # up to its first whitespace must pass too.
+    cut = [p.split(None, 1)[0] for p in paths if p.strip() and p.split(None, 1)[0] != p]
+    for path in [*paths, *cut]:
         parts = path.split("/")
+        if path != path.strip():
+            return f"whitespace at an end of {path[:200]!r}"
         if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
             return f"unsafe path {path[:200]!r}"
         if any(p.lower() == ".git" for p in parts):
