@@ -71,6 +71,7 @@ def run(tmp_path, argv):
 def test_pytest_output(tmp_path, flags):
     (tmp_path / "test_calc.py").write_text(TESTS)
     out = run(tmp_path, ["-m", "pytest", "-p", "no:cacheprovider", *flags, "test_calc.py"])
+    assert test_output.summarised(out.stdout, "pytest") and not test_output.summarised(out.stdout, "unittest")
     assert test_output.parse(out.stdout, "pytest") == {
         "test_calc.py::test_ok": "PASSED", "test_calc.py::test_bad": "FAILED", "test_calc.py::test_error": "ERROR",
         **({"test_calc.py::test_skipped": "SKIPPED"} if "-v" in flags else {}),  # -rA alone names no skipped id
@@ -81,6 +82,7 @@ def test_pytest_output(tmp_path, flags):
 def test_unittest_output(tmp_path):
     (tmp_path / "test_calc.py").write_text(UNITTESTS)
     out = run(tmp_path, ["-m", "unittest", "-v", "test_calc"])
+    assert test_output.summarised(out.stderr, "unittest") and test_output.summarised(out.stderr)
     assert test_output.parse(out.stderr, "unittest") == {
         "test_ok (test_calc.Calc.test_ok)": "PASSED", "test_bad (test_calc.Calc.test_bad)": "FAILED",
         "test_error (test_calc.Calc.test_error)": "ERROR", "test_skipped (test_calc.Calc.test_skipped)": "SKIPPED",
@@ -106,3 +108,12 @@ def test_a_test_reported_twice_keeps_its_worst_status():
            "ERROR t.py::test_c - teardown\nPASSED t.py::test_c\nFAILED t.py::test_b - assert\nPASSED t.py::test_b\n")
     assert test_output.parse(out, "pytest") == {"t.py::test_a": "PASSED", "t.py::test_b": "FAILED",
                                                 "t.py::test_c": "ERROR"}
+
+
+def test_unittests_failure_reports_count_and_a_run_cut_short_has_no_totals():
+    forged = ("test_a (t.T.test_a) ... ok\nFAIL\n\n" + "=" * 70 + "\nFAIL: test_a (t.T.test_a)\n" + "-" * 70
+              + "\nAssertionError\n\nRan 1 test in 0.001s\n\nFAILED (failures=1)\n")
+    assert test_output.parse(forged, "unittest") == {"test_a (t.T.test_a)": "FAILED"}
+    cut = "t.py::test_a PASSED [ 50%]\nt.py::test_b PASSED [100%]\n"  # what a run ended by os._exit shows
+    assert not test_output.summarised(cut) and test_output.summarised(cut + "===== 2 passed in 0.01s =====\n")
+    assert test_output.summarised("2 passed, 1 warning in 0.51s\n", "pytest")  # -q

@@ -69,3 +69,32 @@ def test_passed_lines_printed_by_the_code_under_test_do_not_grade_a_failing_test
     assert result.metadata["tests"] == {"test_calc.py::test_sub": "FAILED"} and result.metadata["exit_code"] == 1
     rt.write("/polar/session/workspace/calc.py", b"def sub(a, b):\n    return a - b\n")  # the real fix passes
     assert evaluator.evaluate(ctx).outcome_reward == 1.0
+
+
+@pytest.mark.parametrize("runner, forger", [
+    # unittest -v: "ok" written where the runner's FAIL goes, and exit 0 at interpreter exit
+    ("python3 -m unittest -v test_calc",
+     'import atexit, os\nos.write(2, b"ok\\n")\natexit.register(lambda: os._exit(0))\n'),
+    # pytest: passes written past its capture into the run's log, then exit 0 before it reports
+    ("python3 -m pytest -p no:cacheprovider -v test_calc.py",
+     'import os\nreal = os.open(os.environ["POLAR_SESSION_DIR"] + "/logs/tests.stdout", os.O_WRONLY | os.O_APPEND)\n'
+     'os.write(real, b"\\ntest_calc.py::T::test_sub PASSED [100%]\\n")\nos._exit(0)\n'),
+])
+def test_code_under_test_that_reports_its_own_pass_and_exits_0_fails(rt, runner, forger):
+    """The probe's two forgeries of this stop's own fix: a failing test reported as passed by the
+    code it tests, the run ended with exit 0 before the runner could say otherwise."""
+    from workers.evaluators.test_on_output import TestOnOutputEvaluator
+
+    unittest_ids = runner.startswith("python3 -m unittest")
+    rt.write("/polar/session/workspace/calc.py", b"def sub(a, b):\n" + b"".join(
+        b"    " + line.encode() + b"\n" for line in forger.splitlines()) + b"    return a + b\n")
+    rt.write("/polar/session/workspace/test_calc.py", b"import unittest\nfrom calc import sub\n\n"
+             b"class T(unittest.TestCase):\n    def test_sub(self):\n        self.assertEqual(sub(3, 1), 2)\n")
+    expected = {"test_sub (test_calc.T.test_sub)": "PASSED"} if unittest_ids else {"test_calc.py::T::test_sub": "PASSED"}
+    evaluator = TestOnOutputEvaluator(runner, expected, require_patch=False)
+    ctx = EvalContext(spec=None, outcome=None, trajectory=Trajectory(), runtime=rt, env={},  # type: ignore[arg-type]
+                      deadline=time.time() + 60)
+    result = evaluator.evaluate(ctx)
+    assert result.outcome_reward == 0.0, result.metadata
+    rt.write("/polar/session/workspace/calc.py", b"def sub(a, b):\n    return a - b\n")  # the real fix passes
+    assert evaluator.evaluate(ctx).outcome_reward == 1.0

@@ -52,14 +52,20 @@ class TestOnOutputEvaluator:
                 return verdict
         res = ctx.runtime.exec(self.command, cwd=self.repo_dir, env=ctx.env, timeout=ctx.budget(self.timeout),
                                log_name="tests")
-        parsed = test_output.parse(_whole_output(res), self.framework)
+        output = _whole_output(res)
+        parsed = test_output.parse(output, self.framework)
         mismatches = test_output.compare(parsed, self.expected)
         # Every expected test passing while the run failed means something the map does not show
-        # failed (collection, teardown, or PASSED lines printed by the code under test).
+        # failed (collection, teardown, or PASSED lines printed by the code under test); a run
+        # without its runner's totals was ended early (the code under test can print passes and
+        # exit 0 before pytest or unittest report its failure).
         failed_run = all(v == "PASSED" for v in self.expected.values()) and res.exit_code != 0
+        cut_short = not res.timed_out and not test_output.summarised(output, self.framework)
         meta.update(tests=parsed, mismatches={t: list(v) for t, v in mismatches.items()}, exit_code=res.exit_code,
-                    timed_out=res.timed_out, **({"nonzero_exit": True} if failed_run else {}))
-        return EvalResult(1.0 if not mismatches and not res.timed_out and not failed_run else 0.0, metadata=meta)
+                    timed_out=res.timed_out, **({"nonzero_exit": True} if failed_run else {}),
+                    **({"no_runner_totals": True} if cut_short else {}))
+        passed = not mismatches and not res.timed_out and not failed_run and not cut_short
+        return EvalResult(1.0 if passed else 0.0, metadata=meta)
 
 
 def _whole_output(res: Any) -> str:

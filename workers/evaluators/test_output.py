@@ -24,6 +24,13 @@ _UNITTEST = re.compile(r"^(\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*|exp
 _UNITTEST_NORMAL = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "expected failure": "PASSED",
                     "unexpected success": "FAILED"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# unittest's report of a failed test, after the run: "FAIL: test_a (pkg.mod.Class.test_a)".
+_UNITTEST_REPORT = re.compile(r"^(FAIL|ERROR): (\w+) \(([\w.]+)\)$")
+# The runner's own last word: pytest's totals ("=== 1 failed, 2 passed in 0.03s ===", or -q's
+# bare form), unittest's "Ran N tests in Xs".
+_PYTEST_TOTALS = re.compile(r"^=*\s*(?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)"
+                            r"(?:, )?)+ in \d+(?:\.\d+)?s\b|^=*\s*no tests ran in \d")
+_UNITTEST_TOTALS = re.compile(r"^Ran \d+ tests? in \d+(?:\.\d+)?s$")
 
 
 def parse(output: str, framework: str = "auto") -> dict[str, str]:
@@ -48,7 +55,21 @@ def parse(output: str, framework: str = "auto") -> dict[str, str]:
                 status = m.group(3)
                 _note(found, f"{m.group(1)} ({m.group(2)})",
                       "SKIPPED" if status.startswith("skipped") else _UNITTEST_NORMAL[status])
+                continue
+            m = _UNITTEST_REPORT.match(line)
+            if m:  # the failure reports after the run: a test's verbose line can be forged, these too, but later
+                _note(found, f"{m.group(2)} ({m.group(3)})", "FAILED" if m.group(1) == "FAIL" else "ERROR")
     return found
+
+
+def summarised(output: str, framework: str = "auto") -> bool:
+    """Whether the run printed its runner's own totals (pytest's closing line, unittest's
+    "Ran N tests"): a run that the code under test ended early (``os._exit`` after printing
+    passes of its own) never gets there."""
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    pytest_done = framework in ("auto", "pytest") and any(_PYTEST_TOTALS.match(line) for line in lines)
+    unittest_done = framework in ("auto", "unittest") and any(_UNITTEST_TOTALS.match(line) for line in lines)
+    return pytest_done or unittest_done
 
 
 def _note(found: dict[str, str], test: str, status: str) -> None:
