@@ -38,6 +38,10 @@ def test_known_bug():
 @pytest.mark.parametrize("n", [1, 2])
 def test_param(n):
     assert n == 1
+
+@pytest.mark.parametrize("words", ["hello world", "a - b"])
+def test_spaced(words):
+    assert words != "a - b"
 '''
 
 UNITTESTS = '''
@@ -76,7 +80,9 @@ def test_pytest_output(tmp_path, flags):
         "test_calc.py::test_ok": "PASSED", "test_calc.py::test_bad": "FAILED", "test_calc.py::test_error": "ERROR",
         **({"test_calc.py::test_skipped": "SKIPPED"} if "-v" in flags else {}),  # -rA alone names no skipped id
         "test_calc.py::test_known_bug": "PASSED", "test_calc.py::test_param[1]": "PASSED",
-        "test_calc.py::test_param[2]": "FAILED"}
+        "test_calc.py::test_param[2]": "FAILED",
+        # parametrized ids with spaces (and the summary's " - " inside one)
+        "test_calc.py::test_spaced[hello world]": "PASSED", "test_calc.py::test_spaced[a - b]": "FAILED"}
 
 
 def test_unittest_output(tmp_path):

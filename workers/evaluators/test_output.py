@@ -18,8 +18,10 @@ STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED")
 _RANK = {"PASSED": 0, "SKIPPED": 1, "FAILED": 2, "ERROR": 3}
 _PYTEST_NORMAL = {"PASSED": "PASSED", "FAILED": "FAILED", "ERROR": "ERROR", "SKIPPED": "SKIPPED",
                   "XFAIL": "PASSED", "XPASS": "FAILED"}
-_PYTEST_SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+::\S+?)(?: - .*)?$")
-_PYTEST_VERBOSE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?(?:\s+\[\s*\d+%\])?$")
+# A node id is the file, "::" parts, and a parametrization in brackets, which may hold spaces.
+_NODE = r"\S+?::[^\s\[]+(?:\[[^\]]*\])?"
+_PYTEST_SUMMARY = re.compile(rf"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) ({_NODE})(?: - .*)?$")
+_PYTEST_VERBOSE = re.compile(rf"^({_NODE}) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?(?:\s+\[\s*\d+%\])?$")
 _UNITTEST = re.compile(r"^(\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$")
 _UNITTEST_NORMAL = {"ok": "PASSED", "FAIL": "FAILED", "ERROR": "ERROR", "expected failure": "PASSED",
                     "unexpected success": "FAILED"}
