@@ -93,14 +93,14 @@ class Control:
         step; raises ``Conflict`` when that would end another's pause or stamp the new version
         while calls admitted under the old one still run, unless ``force`` (ends every hold)."""
         if policy_version is not None and not force:
-            current = self.store.read().policy_version
-            if _older(policy_version, current):  # staleness (current - sampled) would go negative
-                raise Conflict(f"policy_version {policy_version} is older than the current {current}: versions only "
-                               "move forward (pass \"force\": true to set it anyway)", code="policy_version_backwards")
             deadline = time.monotonic() + RESUME_SETTLE_SECONDS
             while self.store.inflight() > 0 and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS)
         done = self.store.release_pause(holder, policy_version, force)
+        if done.verdict == "backwards":  # staleness (current - sampled) would go negative
+            raise Conflict(f"policy_version {policy_version} is older than the current "
+                           f"{self.store.read().policy_version}: integer versions only move forward (pass "
+                           "\"force\": true to set it anyway)", code="policy_version_backwards")
         if done.verdict != "released":
             raise _refusal(done, holder)
         return self.status()
@@ -109,14 +109,6 @@ class Control:
         state = self.store.read().view()
         return {**state, "drained": state["inflight"] == 0,
                 "policy_version": state["policy_version"] or self.default_policy_version}
-
-
-def _older(new: str, current: str | None) -> bool:
-    """Whether integer version ``new`` is below integer ``current`` (other names: not compared)."""
-    try:
-        return current is not None and int(new) < int(current)
-    except ValueError:
-        return False
 
 
 def _refusal(done: Release, holder: str | None) -> Conflict:

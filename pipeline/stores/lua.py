@@ -558,7 +558,8 @@ return {expiry, held[1], held[2], held[3]}
 # call is admitted under the new version while another holder still loads weights. Refused
 # (nothing written) unless forced: 'ambiguous' (no holder named, several hold), 'unknown' (the
 # holder holds nothing: lapsed or never held), 'inflight' (a version while calls admitted under
-# the old one still run). Returns {verdict, holders, soonest, latest, calls in flight}; 'released'
+# the old one still run), 'backwards' (an integer version below the current integer one: lag
+# would go negative; checked here, so two resumes racing cannot both pass it). Returns {verdict, holders, soonest, latest, calls in flight}; 'released'
 # on success (force ends every hold). No holder and none held: the flag is just settled.
 PROXY_PAUSE_RELEASE = Lua("proxy_pause_release", _PAUSE_SETTLE + """
 local now = now_ms()
@@ -572,6 +573,11 @@ if not force then
   if version ~= '' then
     local running = redis.call('ZCOUNT', KEYS[4], '(' .. ARGV[4], '+inf')
     if running > 0 then return {'inflight', held[1], held[2], held[3], running} end
+    local current = redis.call('GET', KEYS[3])
+    if current and string.match(version, '^%d+$') and string.match(current, '^%d+$')
+        and tonumber(version) < tonumber(current) then
+      return {'backwards', held[1], held[2], held[3], 0}
+    end
   end
 end
 if version ~= '' then redis.call('SET', KEYS[3], version) end

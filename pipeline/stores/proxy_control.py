@@ -47,7 +47,7 @@ class Holds:
 
 @dataclass(frozen=True)
 class Release:
-    """What a resume did: ``verdict`` 'released', or why nothing was written ('ambiguous',
+    """What a resume did: ``verdict`` 'released', or why nothing was written ('ambiguous', 'backwards',
     'unknown', 'inflight'); the holds left (or found), the calls in flight when that refused it."""
 
     verdict: str

@@ -293,3 +293,31 @@ def test_parked_calls_read_the_pause_once_a_poll_for_all_of_them(proxy_app, redi
         t.join(timeout=10)
     assert len(records(redis_url, key)[0]) == 8
     assert per_second <= 30, per_second  # one reader at a 0.05 s poll: about 20, not 8 x 20
+
+
+def test_two_resumes_racing_cannot_move_the_version_back(proxy_app):
+    """The order check lives in the release script: two holders resuming at once with 5 and 3
+    (current 2) cannot both pass it and leave 3 written last. "1_0" is not read as 10."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "2"}).status_code == 200
+    a, b = pause(admin), pause(admin)
+    answers: dict = {}
+    go = threading.Barrier(2)
+
+    def resume(who, version):
+        go.wait()
+        answers[version] = admin_client(proxy_app).post(
+            "/admin/resume", json={"holder": who["holder"], "policy_version": version}).status_code
+
+    threads = [threading.Thread(target=resume, args=(a, "5")), threading.Thread(target=resume, args=(b, "3"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert status(admin)["policy_version"] == "5"  # whichever ran first, 5 is where it ends
+    assert answers["5"] == 200 and answers["3"] in (200, 409)
+    for version in ("20", "1_0"):  # "1_0" is no integer (Python's int() reads it as 10): not compared
+        held = pause(admin)
+        assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": version}).status_code == 200
+    assert status(admin)["policy_version"] == "1_0"
