@@ -36,13 +36,17 @@ def trace_versions(result: SessionResult, trace_index: int) -> list[Any]:
     return [v for v in (meta.get("policy_versions") or [meta.get("policy_version")]) if v is not None]
 
 
+def sample_versions(result: SessionResult, trace_index: int) -> dict[str, Any]:
+    """What an adapter's sample carries of who sampled it: the oldest version that sampled any of
+    the session's tokens (``policy_version``), and the trace's own (``policy_versions``)."""
+    return {"policy_version": policy_version(result), "policy_versions": trace_versions(result, trace_index)}
+
+
 def policy_version(result: SessionResult) -> int | None:
     """The oldest policy version that sampled any of the session's tokens (a session that ran
     across a weight swap is as stale as its earliest turns): each merged turn's version
     (``policy_versions``), else each trace's, else the task's. Unknown: None."""
-    found: list[Any] = []
-    for trace in result.trajectory.traces:
-        found.extend(trace.metadata.get("policy_versions") or [trace.metadata.get("policy_version")])
+    found = [v for i in range(len(result.trajectory.traces)) for v in trace_versions(result, i)]
     versions = [v for v in (_int(raw) for raw in found) if v is not None]
     if versions:
         return min(versions)

@@ -25,8 +25,7 @@ from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
     made_no_call,
     main_trace,
-    policy_version,
-    trace_versions,
+    sample_versions,
     training_reward,
     usable,
 )
@@ -89,7 +88,7 @@ def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: 
         "status": status, "remove_sample": not trains,
         "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
                                "trained": trains, "context_exact": t.metadata.get("context_exact", True),
-                               "policy_version": policy_version(result), "policy_versions": trace_versions(result, i),
+                               **sample_versions(result, i),
                                **({"advantage": advantage[(result.session_id, i)]}
                                                      if advantage and (result.session_id, i) in advantage else {})}},
     }

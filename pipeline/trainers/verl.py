@@ -20,8 +20,7 @@ from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
     made_no_call,
     main_trace,
-    policy_version,
-    trace_versions,
+    sample_versions,
     training_reward,
     usable,
 )
@@ -69,7 +68,7 @@ def _output(result: SessionResult, i: int) -> dict[str, Any]:
                          # False: a merged turn's context drifted from what the policy saw (prefix merging)
                          "context_exact": t.metadata.get("context_exact", True),
                          # the oldest version that sampled any of the session's tokens, and the trace's own
-                         "policy_version": policy_version(result), "policy_versions": trace_versions(result, i)},
+                         **sample_versions(result, i)},
     }
 
 
