@@ -10,7 +10,7 @@ then ``patch --fuzz``, as SWE-bench's harness does; the first that succeeds wins
 The pathspec filtering is done by git itself (``:(exclude,glob)`` pathspecs), and again on the
 worker (``patch_filter``): the runtime's ``git`` is the agent's to replace, so what comes out is
 only graded after its sections are checked there (noise, excluded and unsafe paths dropped, with
-the reasons in ``Patch.dropped``). ``split_files`` is the I/O-free check the tests use.
+the reasons in ``Patch.dropped``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvaluationError
-from workers.evaluators.patch_filter import filter_patch, glob_matches
+from workers.evaluators.patch_filter import Patch, filter_patch, glob_matches
 from workers.runtimes import Runtime
 
 NOISE = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**", "**/build/**",
@@ -47,7 +47,6 @@ RESTORE = (f'git reset -q --hard && snap="$(cat {UNDO_DIR}/snapshot)" && '
            f'{{ [ -z "$snap" ] || git stash apply -q "$snap"; }} && '
            f"git ls-files --others --exclude-standard | sort | comm -13 {UNDO_DIR}/untracked - | "
            "tr '\\n' '\\0' | xargs -0 -r rm -f --")
-_DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.M)
 
 
 class PatchUnavailable(EvaluationError):
@@ -57,30 +56,10 @@ class PatchUnavailable(EvaluationError):
 
 
 @dataclass
-class Patch:
-    data: bytes  # what git wrote (binary hunks included), less the sections the worker dropped
-    files: list[str]
-    dropped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
-
-    @property
-    def text(self) -> str:
-        return self.data.decode(errors="surrogateescape")
-
-    @property
-    def empty(self) -> bool:
-        return not self.data.strip()
-
-
-@dataclass
 class Applied:
     ok: bool
     method: str | None
     log: str
-
-
-def split_files(diff: str) -> list[str]:
-    """The paths a git diff touches, in order."""
-    return [m.group(2) for m in _DIFF_HEADER.finditer(diff)]
 
 
 def exclude_list(value: Any) -> list[str]:
@@ -136,10 +115,9 @@ def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
         runtime.download(PATCH_FILE, str(host))
         data = host.read_bytes()
     try:
-        kept = filter_patch(data, (*NOISE, *exclude_patterns))
+        return filter_patch(data, (*NOISE, *exclude_patterns))
     except Exception as exc:  # the agent's bytes: what they break is the agent's failed grade
         raise PatchUnavailable(f"the agent's patch could not be read: {type(exc).__name__}: {exc}") from exc
-    return Patch(data=kept.data, files=kept.files, dropped=kept.dropped)
 
 
 def apply(runtime: Runtime, patch: Patch, repo_dir: str, timeout: float = 120) -> Applied:

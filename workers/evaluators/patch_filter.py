@@ -39,13 +39,24 @@ class Malformed(ValueError):
 
 
 @dataclass
-class Filtered:
-    data: bytes  # the sections kept, byte for byte
-    files: list[str]  # the paths they change (new side), in order
+class Patch:
+    """What of a patch may be graded: its sections kept, byte for byte (binary hunks included),
+    the paths they change (new side, in order), and what was dropped, with why."""
+
+    data: bytes
+    files: list[str]
     dropped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
 
+    @property
+    def text(self) -> str:
+        return self.data.decode(errors="surrogateescape")
 
-def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Filtered:
+    @property
+    def empty(self) -> bool:
+        return not self.data.strip()
+
+
+def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Patch:
     preamble, sections = _split(data)
     kept: list[bytes] = []
     files: list[str] = []
@@ -61,7 +72,7 @@ def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Filtered:
             continue
         kept.append(b"".join(section.lines))
         files.append(section.target)
-    return Filtered(b"".join(kept), files, dropped)
+    return Patch(b"".join(kept), files, dropped)
 
 
 @dataclass
