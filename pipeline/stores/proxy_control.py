@@ -125,10 +125,8 @@ class ProxyControlStore:
 
     def inflight(self) -> int:
         """Calls in flight on live proxies; lapsed leases (dead proxies) are purged."""
-        now = time.time()
         pipe = self._r.pipeline(transaction=False)
-        pipe.zremrangebyscore(keys.PROXY_CALLS, "-inf", repr(now))
-        pipe.zcard(keys.PROXY_CALLS)
+        _count_inflight(pipe)
         return int(pipe.execute()[1])
 
     def read(self) -> ControlState:
@@ -138,8 +136,15 @@ class ProxyControlStore:
         pipe.mget(keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION)
         pipe.hvals(keys.PROXY_PAUSE_HOLDERS)
         pipe.time()
-        (paused, version), expiries, (seconds, micros) = pipe.execute()
+        _count_inflight(pipe)  # in the same round trip
+        (paused, version), expiries, (seconds, micros), _, inflight = pipe.execute()
         now_ms = seconds * 1000 + micros // 1000
         live = sorted(int(e) for e in expiries if int(e) > now_ms)
         holds = Holds.of(len(live), live[0], live[-1]) if live else Holds()
-        return ControlState(bool(paused), text(version) if version else None, self.inflight(), holds)
+        return ControlState(bool(paused), text(version) if version else None, int(inflight), holds)
+
+
+def _count_inflight(pipe: Any) -> None:
+    """Queue the purge of lapsed call leases (dead proxies), then the count of the live ones."""
+    pipe.zremrangebyscore(keys.PROXY_CALLS, "-inf", repr(time.time()))
+    pipe.zcard(keys.PROXY_CALLS)

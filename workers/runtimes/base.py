@@ -66,7 +66,8 @@ def cancel_marker(root: Path) -> Path:
 
 
 def mark_cancelled(root: Path) -> None:
-    create_in(root.parent, root.name + CANCEL_SUFFIX).close()
+    marker = cancel_marker(root)
+    create_in(marker.parent, marker.name).close()
 
 
 def unmark_cancelled(root: Path) -> None:
