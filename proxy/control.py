@@ -17,7 +17,7 @@ from proxy.errors import Conflict, UpstreamTimeout
 
 POLL_SECONDS = 0.05
 # A call arriving during a pause holds a lease for one round trip before it sees the flag and
-# steps out: a resume setting a version waits this long for such leases before refusing.
+# steps out: a resume setting a version asks again for this long before refusing over them.
 RESUME_SETTLE_SECONDS = 1.0
 # What ``entered(park=True)`` returns for a call that found the proxy paused (no version can be
 # this: versions are printable ASCII).
@@ -61,8 +61,8 @@ class Control:
         the flag after its lease is in, so a pause that lands in between is either seen by the
         call or counts the call. After a wait, ``still_wanted()`` raises when the call's session
         ended meanwhile (its budget ran out while it was parked)."""
-        deadline = parked = time.monotonic()
-        deadline += max_wait
+        parked = time.monotonic()
+        deadline = parked + max_wait
         while True:
             while True:
                 if time.monotonic() > deadline:
@@ -92,11 +92,13 @@ class Control:
         """End ``holder``'s pause (None: the only holder's) and set ``policy_version``, in one
         step; raises ``Conflict`` when that would end another's pause or stamp the new version
         while calls admitted under the old one still run, unless ``force`` (ends every hold)."""
-        if policy_version is not None and not force:
-            deadline = time.monotonic() + RESUME_SETTLE_SECONDS
-            while self.store.inflight() > 0 and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS)
+        # Asked again while only calls stepping out remain (each holds a lease for one round trip
+        # before it sees the flag): a count taken before the script could miss one arriving.
+        settle = time.monotonic() + RESUME_SETTLE_SECONDS
         done = self.store.release_pause(holder, policy_version, force)
+        while done.verdict == "inflight" and time.monotonic() < settle:
+            time.sleep(POLL_SECONDS)
+            done = self.store.release_pause(holder, policy_version, force)
         if done.verdict == "backwards":  # staleness (current - sampled) would go negative
             raise Conflict(f"policy_version {policy_version} is older than the current "
                            f"{self.store.read().policy_version}: integer versions only move forward (pass "
