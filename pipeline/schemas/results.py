@@ -91,6 +91,9 @@ class SessionTiming(BaseModel):
     evaluate_started_at: float | None = None
     evaluate_ended_at: float | None = None
     finished_at: float | None = None
+    # Seconds of RUN during which inference was paused for weight sync: not charged to the
+    # session's budget (workers/stages/run_clock.py); absent when there was none.
+    run_paused_seconds: float | None = None
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float | None:

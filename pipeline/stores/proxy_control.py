@@ -105,13 +105,23 @@ class ProxyControlStore:
     def is_paused(self) -> bool:
         return bool(self._r.exists(keys.PROXY_PAUSED))
 
+    def paused_seconds(self) -> float:
+        """How long inference has been paused for weight sync in all, the pause going on
+        included (to this moment, or to its last lease if it lapsed unseen): grows only while
+        paused, so two reads bound the pause time between them."""
+        total, since, until = self._r.hmget(keys.PROXY_PAUSE_CLOCK, "total", "since", "until")
+        ms = float(total or 0)
+        if since and int(since):
+            ms += max(0.0, min(time.time() * 1000, int(until or 0)) - int(since))
+        return ms / 1000
+
     def exit(self, call_id: str) -> None:
         self._r.zrem(keys.PROXY_CALLS, call_id)
 
     def hold_pause(self, holder: str, lease_seconds: float) -> tuple[float, Holds]:
         """Pause (or renew ``holder``'s hold) for ``lease_seconds``; returns when this hold lapses
         (epoch seconds, Redis's clock) and the holds now live."""
-        expiry, *holds = self._hold(keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED],
+        expiry, *holds = self._hold(keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED, keys.PROXY_PAUSE_CLOCK],
                                     args=[holder, max(1, round(lease_seconds * 1000))])
         return int(expiry) / 1000, Holds.of(*holds)
 
@@ -119,7 +129,8 @@ class ProxyControlStore:
         """End ``holder``'s hold (None: the only one's), setting ``policy_version`` in the same
         step; ``force`` ends every hold and skips the checks (``lua.PROXY_PAUSE_RELEASE``)."""
         verdict, count, soonest, latest, running = self._release(
-            keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION, keys.PROXY_CALLS],
+            keys=[keys.PROXY_PAUSE_HOLDERS, keys.PROXY_PAUSED, keys.PROXY_POLICY_VERSION, keys.PROXY_CALLS,
+                  keys.PROXY_PAUSE_CLOCK],
             args=[holder or "", "1" if force else "0", policy_version or "", repr(time.time())])
         return Release(text(verdict), Holds.of(count, soonest, latest), int(running))
 

@@ -199,6 +199,51 @@ def test_an_agent_is_stopped_when_the_disk_runs_full_and_not_otherwise(deps):
             assert "POLAR_MIN_FREE_DISK_MB" not in (result.error or ""), result.error
 
 
+def test_time_inference_spent_paused_for_weight_sync_is_not_charged_to_the_agent(deps):
+    """A trainer holds the proxy paused for 2.5 s while the agent runs: the agent's own 1.5 s
+    budget moves by that much, a model call after the nominal end is still admitted, and the
+    session completes with the pause recorded. (A real process in the local runtime, the proxy
+    app in-process; without a pause the same agent times out, below.)"""
+    import threading
+    import time
+
+    proxy = create_proxy(deps.settings, transport=WSGITransport(fake_upstream.app))
+    answered: list[object] = []
+
+    def trainer(sid: str) -> None:
+        while deps.stores.sessions.status(sid) != SessionStatus.RUNNING:
+            time.sleep(0.02)
+        deps.stores.proxy_control.hold_pause("trainer", 30)
+        time.sleep(2.5)
+        deps.stores.proxy_control.release_pause("trainer")
+        time.sleep(0.3)  # RUN has read the clock (its poll) and moved the session's end
+        key = deps.stores.sessions.get(sid).key
+        sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key,
+                            max_retries=0, http_client=httpx2.Client(transport=httpx2.WSGITransport(app=proxy)))
+        try:  # 2.8 s into a 1.5 s budget
+            answered.append(sdk.chat.completions.create(model="fake", messages=MSG).choices[0].message.content)
+        except openai.APIStatusError as exc:
+            answered.append(exc)
+
+    for pause in (True, False):
+        [sid] = submit(deps, num_samples=1, runtime={"backend": "local"}, agent={"custom_shell": "sleep 3.2"},
+                       evaluator={"strategy": "session_completed"}, metadata={"agent_timeout": 1.5})
+        held = threading.Thread(target=trainer, args=(sid,)) if pause else None
+        if held:
+            held.start()
+        assert run_all(deps, sid) == ["done"] * 5
+        if held:
+            held.join()
+        result = deps.stores.outputs.result(sid)
+        if pause:
+            assert answered and isinstance(answered[0], str), answered
+            assert result.status == SessionStatus.COMPLETED, (result.status, result.error)
+            assert 2.3 <= result.timing.run_paused_seconds <= 3.0, result.timing
+        else:
+            assert result.status == SessionStatus.TIMEOUT and "agent_timeout" in result.error, result.error
+            assert result.timing.run_paused_seconds is None
+
+
 def _running(fragment: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -241,6 +286,7 @@ BOUNDED = {
     "polar:callbacks:due": "one entry per callback still being delivered",
     "polar:proxy:calls": "one entry per call in flight (lapsed ones purged)",
     "polar:proxy:paused": "one flag", "polar:proxy:policy-version": "one value",
+    "polar:proxy:pause-clock": "three numbers",
     "polar:metrics:stages": "stages x results x duration buckets", "polar:metrics:sessions": "one per terminal status",
 }
 

@@ -18,6 +18,7 @@ from workers import harnesses, runtimes
 from workers.harnesses import HarnessContext
 from workers.stages.common import Deps, Skip, log
 from workers.stages.eval_runtime import Warmup
+from workers.stages.run_clock import RunClock
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
@@ -30,7 +31,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     if not d.stores.ready.claim_to_run(sid, **start):
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
     try:
-        outcome, error, exit_code = _run_agent(d, state, lease, now)
+        outcome, error, exit_code = _run_agent(d, state, lease, now, start.get(F.CALLS_UNTIL.value))
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
     log.info("run %s: %s", sid, outcome.value)
@@ -40,8 +41,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
                    outcome=outcome, error=error)
 
 
-def _run_agent(d: Deps, state: SessionState, lease: StageLease,
-               run_started: float) -> tuple[Outcome, str | None, int | None]:
+def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: float,
+               calls_until: float | None) -> tuple[Outcome, str | None, int | None]:
     sid, spec = state.session_id, state.spec
     if state.cancel_requested:  # as read when this stage began, a moment ago
         return Outcome.CANCELLED, "cancelled before the agent ran", None
@@ -57,21 +58,25 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     # When the proxy stops admitting the agent's calls (wall clock, as the deadline fields it reads).
     calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
     stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
+    # The limit is kept here, not by the runtime: time paused for weight sync moves it.
+    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, lambda fields: d.stores.sessions.set(sid, **fields),
+                     {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until})
     try:
         res = runtime.exec(
-            cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, timeout=limit, log_name="agent",
-            should_cancel=_cancel_check(d, sid, lease, stopped),
+            cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, log_name="agent",
+            should_cancel=_cancel_check(d, sid, lease, stopped, clock),
         )
     finally:
         if warmup is not None:
             warmup.wait()
         _end_leftovers(runtime, sid)
+        clock.finish()
     if stopped:
         return Outcome.ERROR, stopped[0], None
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
     # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
     failed = not res.timed_out and not res.cancelled and res.exit_code != 0
-    if res.timed_out or (failed and time.time() >= calls_end):
+    if clock.over or res.timed_out or (failed and time.time() >= clock.calls_end(calls_end)):
         if limit < remaining:
             return Outcome.TIMEOUT, f"agent exceeded its {own:g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None
@@ -116,20 +121,21 @@ def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
     return "..." + (tail[start:] if 0 <= start < limit // 2 else tail)
 
 
-def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str]):
-    """Polled by the runtime while the agent runs: the stage lease was lost, a cancel was
-    requested (read from Redis at most every ``cancel_poll_seconds``), or the disk is running
-    full (its reason goes into ``stopped``)."""
+def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], clock: RunClock):
+    """Polled by the runtime while the agent runs: the stage lease was lost, the agent's time is
+    up (``clock``), a cancel was requested (read from Redis at most every ``cancel_poll_seconds``,
+    with the pause clock), or the disk is running full (its reason goes into ``stopped``)."""
     next_read = [time.monotonic() + d.settings.cancel_poll_seconds]  # the stage's start just read it
     watched = (d.settings.home, d.settings.runtime_root)
 
     def should_cancel() -> bool:
-        if lease.lost.is_set():
+        if lease.lost.is_set() or clock.expired():
             return True
         now = time.monotonic()
         if now < next_read[0]:
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
+        clock.observe()
         short = disk_shortfall(watched, d.settings.min_free_disk_mb)
         if short:
             log.error("run %s: %s", sid, short)

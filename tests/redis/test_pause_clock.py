@@ -1,0 +1,47 @@
+"""The proxy's pause clock in a real Redis: how long inference was paused for weight sync in all,
+kept by the hold and release scripts -- across two holders, a renewal, a forced end and a pause
+whose last lease lapsed with nobody there to release it."""
+
+import time
+
+import pytest
+
+from pipeline import keys
+from pipeline.stores.proxy_control import ProxyControlStore
+
+SLACK = 0.15  # round trips and sleep overshoot on a loaded machine
+
+
+def test_a_released_pause_adds_its_length_and_time_between_pauses_adds_nothing(r):
+    store = ProxyControlStore(r)
+    assert store.paused_seconds() == 0
+    store.hold_pause("a", 30)
+    time.sleep(0.4)
+    running = store.paused_seconds()  # the pause going on counts to this moment
+    assert 0.4 <= running <= 0.4 + SLACK
+    assert store.release_pause("a").verdict == "released"
+    first = store.paused_seconds()
+    assert 0.4 <= first <= 0.4 + SLACK
+    time.sleep(0.3)  # not paused: the clock stands still
+    assert store.paused_seconds() == first
+    store.hold_pause("b", 30)
+    store.hold_pause("c", 30)
+    time.sleep(0.3)
+    store.hold_pause("b", 60)  # a renewal goes on with the same pause
+    store.release_pause("b")
+    time.sleep(0.2)  # c still holds it
+    store.release_pause("c")
+    assert first + 0.5 <= store.paused_seconds() <= first + 0.5 + SLACK
+
+
+def test_a_pause_that_lapses_unseen_counts_to_its_last_lease_not_to_the_next_read(r):
+    store = ProxyControlStore(r)
+    store.hold_pause("dead-trainer", 0.3)
+    time.sleep(0.7)  # the lease lapsed 0.4 s ago; nothing ran a script since
+    assert not store.is_paused()
+    assert store.paused_seconds() == pytest.approx(0.3, abs=0.01)
+    store.hold_pause("next", 30)  # the lapsed pause is folded in; a new one starts now
+    assert r.hget(keys.PROXY_PAUSE_CLOCK, "total") == b"300"
+    time.sleep(0.2)
+    store.release_pause("next", force=True)
+    assert 0.5 <= store.paused_seconds() <= 0.5 + SLACK
