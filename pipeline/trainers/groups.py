@@ -54,10 +54,13 @@ def policy_version(result: SessionResult) -> int | None:
 
 
 def _int(raw: Any) -> int | None:
-    try:
-        return int(raw) if raw is not None else None
-    except (TypeError, ValueError):
-        return None
+    """An integer version as the proxy compares them (ASCII digits only): "1_0", " 7", "٣" and
+    True name no integer version here, as they name none to the resume check (lua.PROXY_PAUSE_RELEASE)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        return int(raw)
+    return None
 
 
 def training_reward(result: SessionResult, trace_index: int) -> float:

@@ -190,6 +190,16 @@ def test_staleness_counts_the_oldest_version_that_sampled_a_session():
     assert groups.policy_version(split) == 4
 
 
+def test_only_ascii_digits_name_an_integer_version_as_the_proxy_reads_them():
+    """The resume check compares versions of ASCII digits only; staleness reads the same ones
+    (int() would read "1_0" as 10 and " 7" as 7: a session called fresh that the proxy never
+    ordered)."""
+    for odd in ("1_0", " 7", "7 ", "\u0663", "+7", "-1", True, 7.5):
+        assert groups.policy_version(result("a", 1.0, traces=[trace(version=odd)])) is None, odd
+    for plain, value in (("10", 10), (10, 10), ("007", 7)):
+        assert groups.policy_version(result("a", 1.0, traces=[trace(version=plain)])) == value
+
+
 def test_a_trace_zeroed_by_a_filter_is_advantaged_as_its_own_reward():
     a = result("a", 1.0, traces=[trace(reward=1.0), trace(reward=0.0)])  # its second trace: an unparsed call
     adv = groups.advantages(groups.Group("t", [a, result("b", 0.0)], expected=2), "loo")
