@@ -22,8 +22,6 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -31,6 +29,7 @@ from infra.cli.errors import translate  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402  (a running `polar up`'s URLs and tokens)
 from pipeline.client import RolloutClient, load_task_file  # noqa: E402
 from pipeline.trainers import groups  # noqa: E402
+from pipeline.weight_sync import ProxyAdmin, SwapRefused  # noqa: E402
 
 
 def submit_step(client: RolloutClient, step: int, version: int, tasks: int, group_size: int) -> dict[str, int]:
@@ -66,48 +65,6 @@ def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: flo
     return done, others
 
 
-def current_version(proxy_url: str, admin_token: str | None) -> int:
-    """Where a run goes on from: the proxy's policy version when it is an integer (a trainer
-    started again on a stack it swapped before), else 0. The proxy refuses to go back."""
-    with httpx.Client(base_url=proxy_url, headers={"x-polar-admin-token": admin_token or ""}, timeout=30) as admin:
-        answer = admin.get("/admin/status")
-        answer.raise_for_status()
-        version = answer.json().get("policy_version")
-    try:
-        return int(version) if version is not None else 0
-    except ValueError:
-        return 0
-
-
-class SwapRefused(RuntimeError):
-    """The proxy would not swap cleanly: the drain timed out, or the resume was refused."""
-
-
-def weight_swap(proxy_url: str, admin_token: str | None, next_version: int, drain_seconds: float = 60,
-                lease_seconds: float = 300) -> dict:
-    """Pause (holding the pause as this trainer, under a lease that lapses by itself if this
-    process dies), load the new weights, resume with the next version. A drain that times out
-    loads nothing: a call still sampling would span the swap under the old version's stamp."""
-    headers = {"x-polar-admin-token": admin_token or ""}
-    with httpx.Client(base_url=proxy_url, headers=headers, timeout=drain_seconds + 60) as admin:
-        paused = admin.post("/admin/pause", params={"timeout_seconds": drain_seconds,
-                                                    "lease_seconds": lease_seconds})
-        paused.raise_for_status()
-        hold = paused.json()
-        release: dict = {"holder": hold["holder"]}  # (a crash below still gives the hold back)
-        try:
-            if not hold.get("drained"):
-                raise SwapRefused(f"{hold.get('inflight')} call(s) still in flight after {drain_seconds:g} s: "
-                                  "the weights were not loaded (pause released, version unchanged)")
-            time.sleep(0.2)  # the new weights would be loaded into the engine here
-            release["policy_version"] = str(next_version)
-        finally:
-            resumed = admin.post("/admin/resume", json=release)
-        if resumed.status_code != 200:
-            raise SwapRefused(f"resume refused ({resumed.status_code}): {resumed.text}")
-    return {"drained": hold.get("drained"), "policy_version": resumed.json().get("policy_version")}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
@@ -119,7 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     settings = client_settings()
     client = RolloutClient.from_settings(settings)
-    version = current_version(settings.proxy_url or "", settings.secret("admin_token"))
+    admin = ProxyAdmin(settings.proxy_url or "", settings.secret("admin_token"), timeout=120)
+    version = admin.current_version()  # a run started again on a stack it swapped before goes on from there
     for step in range(args.steps):
         started = time.monotonic()
         expected = submit_step(client, step, version, args.tasks, args.group_size)
@@ -137,7 +95,9 @@ def main() -> None:
                "traces": sum(len(r.trajectory.traces) for g in fresh for r in g.usable()),
                "seconds": round(time.monotonic() - started, 1), "other_tasks_results_skipped": others}
         try:
-            swap = weight_swap(settings.proxy_url or "", settings.secret("admin_token"), version + 1)
+            # Pause (as this trainer's hold, under a lease that lapses if it dies), load, resume under
+            # version + 1; a drain that timed out loads nothing and the hold is given back.
+            swap = admin.swap(version + 1, load=lambda: time.sleep(0.2), lease_seconds=300)
         except SwapRefused as exc:
             print(f"error: weight swap after step {step}: {exc}", file=sys.stderr)
             sys.exit(1)

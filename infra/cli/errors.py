@@ -46,6 +46,7 @@ def translate(exc: Exception) -> click.ClickException | None:
 
     from pipeline.client import RolloutError
     from pipeline.errors import PolarError
+    from pipeline.weight_sync import WeightSyncError
 
     if isinstance(exc, RolloutError):
         error = exc.body.get("error") if isinstance(exc.body, dict) else None
@@ -54,6 +55,9 @@ def translate(exc: Exception) -> click.ClickException | None:
         # (the message sums the fields up for a caller that reads no list: said once here)
         head = f"{exc.status}: the API refused the request:" if listed else str(exc)
         return Unusable("\n".join([head, *listed]))
+    if isinstance(exc, WeightSyncError):  # the proxy's admin surface: unreachable, closed, or refusing
+        hint = "; is `polar up` running, or POLAR_PROXY_URL set?" if exc.status == 0 else ""
+        return Unusable(f"{exc}{hint}" if exc.status == 0 else f"{exc.status}: the proxy refused: {exc}")
     if isinstance(exc, httpx.TransportError):
         where = _url(exc)
         return Unusable(f"cannot reach {where} ({type(exc).__name__}: {exc}); is `polar up` running, "

@@ -235,8 +235,10 @@ def _register_subcommands() -> None:
     from infra.cli.tools import tools
     from infra.cli.up import demo, up
     from infra.cli.verify import verify
+    from infra.cli.weights import weights
 
     cli.add_command(verify)
+    cli.add_command(weights)
     cli.add_command(up)
     cli.add_command(demo)
     cli.add_command(model)

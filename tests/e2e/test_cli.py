@@ -110,6 +110,23 @@ def test_up_submit_status_and_ctrl_c(tmp_path, model_dir):
         assert "traces scored" in ver.stderr
         sweep = polar("runtimes", "sweep", "--json", env=cli_env)  # Redis found through up.json
         assert sweep.returncode == 0 and json.loads(sweep.stdout)["removed"] == [], sweep.stderr
+        # Weight sync from the command line, with the admin token `polar up` stored.
+        held = polar("weights", "pause", "--holder", "ops", "--lease", "60", "--drain", "5", "--json", env=cli_env)
+        assert held.returncode == 0, held.stdout + held.stderr
+        assert json.loads(held.stdout)["holder"] == "ops" and json.loads(held.stdout)["drained"] is True
+        shown = json.loads(polar("weights", "status", "--json", env=cli_env).stdout)
+        assert shown["paused"] is True and shown["holders"] == 1
+        assert "paused by 1 holder" in polar("weights", "status", env=cli_env).stdout
+        resumed = polar("weights", "resume", "--version", "3", "--json", env=cli_env)  # the lone holder's
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["policy_version"] == "3", resumed.stderr
+        assert json.loads(resumed.stdout)["paused"] is False
+        gone_hold = polar("weights", "resume", "--holder", "ops", env=cli_env)  # already given back
+        assert gone_hold.returncode == 1 and "pause_not_held" in gone_hold.stderr, gone_hold.stderr
+        polar("weights", "pause", "--holder", "ops", "--drain", "1", env=cli_env)
+        back = polar("weights", "resume", "--version", "2", env=cli_env)
+        assert back.returncode == 1 and "policy_version_backwards" in back.stderr, back.stderr
+        forced = polar("weights", "resume", "--version", "2", "--force", "--json", env=cli_env)
+        assert forced.returncode == 0 and json.loads(forced.stdout)["policy_version"] == "2"
         # A payload the API refuses: exit 2, its field errors listed, no traceback.
         bad = polar("submit", str(EXAMPLES / "demo_policy.json"), env=cli_env)
         assert bad.returncode == 2 and "\n  instruction: " in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

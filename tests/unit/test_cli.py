@@ -118,7 +118,8 @@ def test_runtimes_sweep_without_redis_exit_2(env, tmp_path):
     assert (tmp_path / "runtimes" / "sess-x").exists()  # nothing removed on a guess
 
 
-@pytest.mark.parametrize("args", [("status",), ("status", "task-1", "--json"), ("cancel", "task-1")])
+@pytest.mark.parametrize("args", [("status",), ("status", "task-1", "--json"), ("cancel", "task-1"),
+                                  ("weights", "status", "--json"), ("weights", "resume", "--force")])
 def test_no_running_stack_is_exit_2_with_one_line(env, args):
     out = polar(env, *args)
     assert out.exit_code == 2 and "cannot reach" in out.stderr and "polar up" in out.stderr
