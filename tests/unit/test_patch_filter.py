@@ -144,3 +144,21 @@ def test_a_name_with_a_space_as_git_writes_it_is_kept():
 def test_a_broken_octal_escape_is_a_section_git_does_not_write_not_a_crash(header):
     kept = filter_patch(header + b"new file mode 100644\n" + EDIT, NOISE)
     assert kept.files == ["calc.py"] and "not a section git writes" in kept.dropped[0]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_a_rename_or_copy_header_must_name_the_paths_of_its_own_lines(kind):
+    """patch(1) ignores the names on 'rename/copy from/to' lines and renames or copies to the
+    header's: 'diff --git a/x.py b/conftest.py' with 'rename to y.py' was y.py here and
+    conftest.py (or .git/hooks/post-checkout) to patch --fuzz (probe)."""
+    honest = (f"diff --git a/x.py b/y.py\nsimilarity index 100%\n{kind} from x.py\n{kind} to y.py\n").encode()
+    assert filter_patch(honest, NOISE).files == ["y.py"]
+    quoted = (f'diff --git "a/caf\\303\\251.txt" b/new name.txt\nsimilarity index 100%\n'
+              f'{kind} from "caf\\303\\251.txt"\n{kind} to new name.txt\n').encode()
+    assert filter_patch(quoted, NOISE).files == ["new name.txt"]
+    for header in (b"diff --git a/x.py b/conftest.py\n", b"diff --git a/x.py b/.git/hooks/post-checkout\n",
+                   b"diff --git a/x.py\tb/conftest.py\n", b"diff --git a/x.py  b/y.py\n"):
+        kept = filter_patch(header + honest.split(b"\n", 1)[1] + EDIT, (*NOISE, "conftest.py"))
+        assert kept.files == ["calc.py"] and kept.data == EDIT, header
+        assert kept.dropped[0]["reason"].startswith("not a section git writes"), kept.dropped
+

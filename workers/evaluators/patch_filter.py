@@ -109,16 +109,26 @@ def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
     header = _header_paths(lines[0])
     paths = list(header or ())
     creates_link = False
+    named: dict[bytes, bytes] = {}  # b"from"/b"to" -> the name as a rename's or copy's line writes it
     i = 1
     while i < len(lines) and lines[i].startswith(_EXTENDED):
         line = _bare(lines[i])
         if line.startswith(_PATH_LINES):
-            paths.append(_path(line.split(b" ", 2)[2]))
+            _, side, name = line.split(b" ", 2)
+            if side in named:
+                raise Malformed("a second rename or copy line for one side")
+            named[side] = name
+            paths.append(_path(name))
         if line.startswith((b"new file mode ", b"new mode ")) and line.endswith(_SYMLINK_MODE):
             creates_link = True
         i += 1
-    if header is None and not any(_bare(line).startswith(_PATH_LINES) for line in lines[1:i]):
-        raise Malformed("a header naming two paths without a rename or copy")
+    if header is None:
+        # Two different names: git writes exactly "a/<from> b/<to>" (each quoted as its own line
+        # quotes it). patch(1) ignores the names on the rename/copy lines and renames or copies
+        # to the header's, so a header naming anything else would be a path nothing here checks.
+        if named.keys() != {b"from", b"to"} or _bare(lines[0])[len(_HEADER):] != \
+                _side(b"a/", named[b"from"]) + b" " + _side(b"b/", named[b"to"]):
+            raise Malformed("a header naming two paths that are not its rename's or copy's")
     rest = lines[i:]
     if rest and rest[0].startswith(b"--- "):
         if len(rest) < 2 or not rest[1].startswith(b"+++ "):
@@ -232,6 +242,11 @@ def _path(value: bytes) -> str:
     if text.startswith('"'):
         return _quoted(text)[0]
     return text.split("\t", 1)[0]  # GNU diff may append a tab and a timestamp
+
+
+def _side(prefix: bytes, name: bytes) -> bytes:
+    """``name`` (as a rename's or copy's line writes it) with ``prefix``, as a header writes it."""
+    return b'"' + prefix + name[1:] if name.startswith(b'"') else prefix + name
 
 
 def _strip_side(path: str) -> str:
