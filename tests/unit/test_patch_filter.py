@@ -162,3 +162,12 @@ def test_a_rename_or_copy_header_must_name_the_paths_of_its_own_lines(kind):
         assert kept.files == ["calc.py"] and kept.data == EDIT, header
         assert kept.dropped[0]["reason"].startswith("not a section git writes"), kept.dropped
 
+
+
+def test_a_line_is_cut_only_at_newline_as_git_and_patch_cut_it():
+    """A lone CR in a changed line (an old Mac file, a '\\r' in a string, a CR CR LF ending) is
+    part of that line to git and patch(1): the whole fix was dropped as a malformed hunk (probe)."""
+    section = (b"diff --git a/mac.txt b/mac.txt\nindex 1111111..2222222 100644\n--- a/mac.txt\n+++ b/mac.txt\n"
+               b"@@ -1,2 +1,2 @@\n-old\rmac\r\n+new\rmac\r\r\n diff --git\rx\n\\ No newline at end of file\n")
+    kept = filter_patch(section + EDIT, NOISE)
+    assert kept.data == section + EDIT and kept.files == ["mac.txt", "calc.py"], kept.dropped

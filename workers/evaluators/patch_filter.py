@@ -21,6 +21,7 @@ Text before the first section is dropped too (``patch`` would apply hunks found 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -94,7 +95,7 @@ class _Section:
 def _split(data: bytes) -> tuple[bytes, list[list[bytes]]]:
     preamble: list[bytes] = []
     sections: list[list[bytes]] = []
-    for line in data.splitlines(keepends=True):
+    for line in _lines(data):
         if line.startswith(_HEADER):
             sections.append([line])
         elif sections:
@@ -102,6 +103,17 @@ def _split(data: bytes) -> tuple[bytes, list[list[bytes]]]:
         else:
             preamble.append(line)
     return b"".join(preamble), sections
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    """The lines of ``data``, ends kept, cut at b"\n" only, as git and patch(1) cut them
+    (``splitlines`` also cuts at a lone CR, which is part of a line to them)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
 
 
 def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
