@@ -171,3 +171,16 @@ def test_a_line_is_cut_only_at_newline_as_git_and_patch_cut_it():
                b"@@ -1,2 +1,2 @@\n-old\rmac\r\n+new\rmac\r\r\n diff --git\rx\n\\ No newline at end of file\n")
     kept = filter_patch(section + EDIT, NOISE)
     assert kept.data == section + EDIT and kept.files == ["mac.txt", "calc.py"], kept.dropped
+
+
+def test_the_paths_reported_are_text_a_result_can_hold():
+    """A file name that is not UTF-8 (git writes its bytes as they are with core.quotepath=off)
+    was reported with lone surrogates, which the session's result cannot encode: grading crashed
+    after the grade was committed, on every retry (probe). The patch's bytes stay as they were."""
+    section = new_file("lat%.py").replace(b"%", b"\xe9")
+    excluded = new_file("tests/%/conftest.py").replace(b"%", b"\xff")
+    kept = filter_patch(section + excluded, (*NOISE, "**/conftest.py"))
+    assert kept.data == section and kept.files == ["lat\\xe9.py"]
+    assert kept.dropped[0]["path"] == "tests/\\xff/conftest.py"
+    for text in (*kept.files, *(v for d in kept.dropped for v in d.values())):
+        text.encode()

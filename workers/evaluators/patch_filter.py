@@ -69,10 +69,10 @@ def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Patch:
     for section in read:
         reason = section.problem or _refusal(section.paths, exclude, symlinks)
         if reason:
-            dropped.append({"path": section.target, "reason": reason})
+            dropped.append({"path": _shown(section.target), "reason": _shown(reason)})
             continue
         kept.append(b"".join(section.lines))
-        files.append(section.target)
+        files.append(_shown(section.target))
     return Patch(b"".join(kept), files, dropped)
 
 
@@ -269,6 +269,12 @@ def _strip_side(path: str) -> str:
 
 def _bare(line: bytes) -> bytes:
     return line.rstrip(b"\r\n")
+
+
+def _shown(text: str) -> str:
+    """``text`` as a result can hold it: a byte of a name that is not UTF-8 (read as a lone
+    surrogate) written as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _header_text(line: bytes) -> str:
