@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.evaluators.patch import NOISE
+from workers.evaluators.patch import NOISE, exclude_list
 from workers.evaluators.patch_filter import filter_patch, glob_matches
 
 EDIT = (b"diff --git a/calc.py b/calc.py\n"
@@ -184,3 +184,27 @@ def test_the_paths_reported_are_text_a_result_can_hold():
     assert kept.dropped[0]["path"] == "tests/\\xff/conftest.py"
     for text in (*kept.files, *(v for d in kept.dropped for v in d.values())):
         text.encode()
+
+
+@pytest.mark.parametrize("pattern, path, covered", [
+    # git's pathspec matches a pattern literally too, as a folder when it ends in "/": 'tests/'
+    # kept everything under tests/ here while the runtime's git left it out (probe)
+    ("tests/", "tests/conftest.py", True), ("./tests/", "tests/unit/test_a.py", True), ("tests/", "tests", True),
+    ("tests/", "tests_old/a.py", False), ("**/tests/", "a/tests/x.py", True), ("t/[x].py", "t/[x].py", True),
+    # git normalizes a pathspec before matching it
+    ("tests//unit", "tests/unit/a.py", True), ("tests/./unit", "tests/unit/a.py", True),
+    ("a/b/../b/tests", "a/b/tests/c.py", True),
+    # a backslash escapes what follows it; POSIX classes in brackets
+    ("data/file\\*.txt", "data/file*.txt", True), ("data/file\\*.txt", "data/fileA.txt", False),
+    ("[[:alpha:]]b", "ab", True), ("[[:digit:]]b", "ab", False), ("[![:upper:]]b", "ab", True),
+])
+def test_globs_follow_gits_pathspec_rules_where_they_differ_from_a_regex(pattern, path, covered):
+    assert glob_matches(pattern, path) is covered
+
+
+@pytest.mark.parametrize("pattern", ["/conftest.py", "../secrets", "tests/../../x", "[[:nope:]]"])
+def test_an_exclude_pattern_git_cannot_read_is_refused_when_the_config_is_read(pattern):
+    """git fails on a pathspec outside the repository ('/conftest.py', written gitignore-style),
+    so every sample's diff failed and was graded 0 as the agent's own patch error (probe)."""
+    with pytest.raises(TypeError, match="exclude pattern"):
+        exclude_list([pattern])

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EvaluationError
-from workers.evaluators.patch_filter import Patch, filter_patch, glob_matches
+from workers.evaluators.patch_filter import Patch, filter_patch, glob_matches, normal_pattern
 from workers.runtimes import Runtime
 
 NOISE = ("**/__pycache__/**", "**/*.pyc", "**/*.pyo", "**/*.egg-info/**", "**/.pytest_cache/**", "**/build/**",
@@ -74,6 +74,11 @@ def exclude_list(value: Any) -> list[str]:
             glob_matches(pattern, "x")
         except re.error as exc:
             raise TypeError(f"exclude pattern {pattern!r} is not a glob: {exc}") from None
+        normal = normal_pattern(pattern)
+        if normal.startswith("/") or normal == ".." or normal.startswith("../"):
+            # git refuses such a pathspec: every sample's diff would fail
+            raise TypeError(f"exclude pattern {pattern!r} is outside the repository "
+                            "(patterns are read from its top: 'conftest.py', not '/conftest.py')")
     return list(value)
 
 

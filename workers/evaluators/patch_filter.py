@@ -20,6 +20,7 @@ Text before the first section is dropped too (``patch`` would apply hunks found 
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -309,16 +310,29 @@ def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: l
 
 def glob_matches(pattern: str, path: str) -> bool:
     """Whether git's ``:(glob)`` pathspec ``pattern`` covers ``path``: the path itself or a
-    folder it lies in."""
-    while pattern.startswith("./"):  # as git reads a pathspec from the repository's top
-        pattern = pattern[2:]
-    regex = _glob_regex(pattern)
-    parts = path.split("/")
-    return any(regex.fullmatch("/".join(parts[:n])) for n in range(len(parts), 0, -1))
+    folder it lies in, matched as a glob or, as git also tries, literally."""
+    pattern = normal_pattern(pattern)
+    if pattern == ".":
+        return True
+    if path == pattern or path.startswith(pattern + "/"):
+        return True
+    return _glob_regex(pattern).fullmatch(path) is not None
+
+
+def normal_pattern(pattern: str) -> str:
+    """``pattern`` as git reads a pathspec from the repository's top: './', '//' and 'x/..'
+    resolved, and no '/' at the end (a folder's pattern covers what is in it anyway)."""
+    return posixpath.normpath(pattern) if pattern else pattern
+
+
+_CLASSES = {"alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
+            "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~", "punct": "!-/:-@\\[-`{-~",
+            "space": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f"}
 
 
 @lru_cache(maxsize=256)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regex of a glob, and of anything beneath what it matches."""
     out, i, n = [], 0, len(pattern)
     while i < n:
         if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
@@ -333,17 +347,42 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         elif pattern[i] == "?":
             out.append("[^/]")
             i += 1
-        elif pattern[i] == "[":
-            end = pattern.find("]", i + 2)
-            if end < 0:
-                out.append(re.escape("["))
-                i += 1
-                continue
-            body = pattern[i + 1:end]
-            body = "^" + body[1:] if body.startswith("!") else body
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            i = end + 1
+        elif pattern[i] == "\\" and i + 1 < n:  # git's glob escapes the next character
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        elif pattern[i] == "[" and (bracket := _bracket(pattern, i)) is not None:
+            out.append(bracket[0])
+            i = bracket[1]
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return re.compile("".join(out), re.S)
+    return re.compile("".join(out) + "(?:/.*)?", re.S)
+
+
+def _bracket(pattern: str, start: int) -> tuple[str, int] | None:
+    """The regex of the bracket expression at ``start`` and where it ends, as wildmatch reads
+    it ('!' or '^' negates, a ']' first is itself, [:class:] names a class), or None when no
+    ']' closes it (the '[' is then itself)."""
+    i, n = start + 1, len(pattern)
+    out = ["["]
+    if i < n and pattern[i] in "!^":
+        out.append("^")
+        i += 1
+    first = True
+    while i < n and (pattern[i] != "]" or first):
+        first = False
+        if pattern.startswith("[:", i) and (end := pattern.find(":]", i + 2)) >= 0:
+            name = pattern[i + 2:end]
+            if name not in _CLASSES:
+                raise re.error(f"unknown character class [:{name}:]")
+            out.append(_CLASSES[name])
+            i = end + 2
+        elif pattern[i] == "\\" and i + 1 < n:
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        else:
+            out.append(pattern[i] if pattern[i] == "-" else re.escape(pattern[i]))
+            i += 1
+    if i >= n:
+        return None
+    return "".join(out) + "]", i + 1
