@@ -208,3 +208,19 @@ def test_an_exclude_pattern_git_cannot_read_is_refused_when_the_config_is_read(p
     so every sample's diff failed and was graded 0 as the agent's own patch error (probe)."""
     with pytest.raises(TypeError, match="exclude pattern"):
         exclude_list([pattern])
+
+
+def test_a_patch_of_many_symlinks_or_a_very_deep_path_is_read_in_linear_time():
+    """Each path was checked against every symlink, and each glob against every folder of a
+    path: 8,000 symlinks took 97 s, one path of 8,000 folders 86 s, and a 64 MB patch could hold
+    far more, holding the worker for hours (probe)."""
+    import time
+
+    links = b"".join(f"diff --git a/l{i} b/l{i}\nnew file mode 120000\n--- /dev/null\n+++ b/l{i}\n"
+                     f"@@ -0,0 +1 @@\n+x\n".encode() for i in range(6000))
+    deep = new_file("a/" * 2000 + "x.py")
+    too_deep = new_file("a/" * 60_000 + "x.py")
+    started = time.monotonic()
+    kept = filter_patch(links + deep + too_deep, (*NOISE, "**/b/**/c/**"))
+    assert time.monotonic() - started < 5
+    assert len(kept.files) == 6001 and kept.dropped[0]["reason"].startswith("a path longer than")

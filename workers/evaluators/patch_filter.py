@@ -33,6 +33,7 @@ _PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SYMLINK_MODE = b"120000"
 _BINARY_LINE = re.compile(rb"(?:literal|delta) \d+|[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+|")
+_PATH_MAX = 4096  # Linux's: git cannot write a longer path from a work tree
 _ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
@@ -66,7 +67,7 @@ def filter_patch(data: bytes, exclude: tuple[str, ...] | list[str]) -> Patch:
     read = [_Section.of(lines) for lines in sections]
     # Every symlink the patch makes, wherever its section comes: a file beneath one is refused
     # whether it is written before or after the link.
-    symlinks = [s.target for s in read if s.creates_link and s.problem is None]
+    symlinks = {s.target for s in read if s.creates_link and s.problem is None}
     for section in read:
         reason = section.problem or _refusal(section.paths, exclude, symlinks)
         if reason:
@@ -282,14 +283,17 @@ def _header_text(line: bytes) -> str:
     return _bare(line)[len(_HEADER):].decode("utf-8", "replace")[:200]
 
 
-def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: list[str]) -> str | None:
+def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: set[str]) -> str | None:
     if not paths:
         return "names no path"
+    long = next((p for p in paths if len(p) > _PATH_MAX), None)
+    if long is not None:  # no file system holds it; and checking it would cost what it is long squared
+        return f"a path longer than any file system holds ({len(long)} characters)"
     # patch(1) ends an unquoted name at its first whitespace unless a tab follows it (git writes
     # that tab after a name with a space): "conftest.py x" is conftest.py to patch. So the name
     # up to its first whitespace must pass too.
     cut = [p.split(None, 1)[0] for p in paths if p.strip() and p.split(None, 1)[0] != p]
-    for path in [*paths, *cut]:
+    for path in dict.fromkeys([*paths, *cut]):
         parts = path.split("/")
         if path != path.strip():
             return f"whitespace at an end of {path[:200]!r}"
@@ -302,7 +306,7 @@ def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: l
         pattern = next((p for p in exclude if glob_matches(p, path)), None)
         if pattern is not None:
             return f"excluded by {pattern!r}"
-        link = next((s for s in symlinks if path.startswith(s + "/")), None)
+        link = next((path[:i] for i, ch in enumerate(path) if ch == "/" and path[:i] in symlinks), None)
         if link is not None:
             return f"beneath the symlink {link!r} this patch creates"
     return None
