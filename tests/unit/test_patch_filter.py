@@ -224,3 +224,49 @@ def test_a_patch_of_many_symlinks_or_a_very_deep_path_is_read_in_linear_time():
     kept = filter_patch(links + deep + too_deep, (*NOISE, "**/b/**/c/**"))
     assert time.monotonic() - started < 5
     assert len(kept.files) == 6001 and kept.dropped[0]["reason"].startswith("a path longer than")
+
+
+@pytest.mark.parametrize("config", [
+    "diff.noprefix=true", "diff.mnemonicPrefix=true", "diff.suppressBlankEmpty=true", "diff.context=0",
+    "diff.submodule=log", "diff.up.textconv=tr a-z A-Z <",
+])
+def test_the_diff_command_writes_what_the_filter_reads_whatever_the_repository_configures(tmp_path, config):
+    """A setting in the repository's (or the image's) git config changed how the patch is
+    written: no a/ b/ prefixes, 'c/' and 'w/' ones, empty context lines without their space,
+    'Submodule x a..b:' summaries, hunks without context, a textconv'd text: every section (or
+    its neighbour) was dropped or did not apply (probe)."""
+    import subprocess
+
+    from workers.evaluators.patch import diff_command
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+    sub, repo = tmp_path / "sub", tmp_path / "repo"
+    for folder in (sub, repo):
+        folder.mkdir()
+        subprocess.run(["git", "init", "-q"], cwd=folder, check=True)
+        (folder / "f.py").write_text("a\n\nb\nc\nd\ne\nf\n")
+        subprocess.run("git add -A && git -c user.name=t -c user.email=t@t commit -qm one && "
+                       "echo g >> f.py && git -c user.name=t -c user.email=t@t commit -qam two",
+                       shell=True, cwd=folder, check=True)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git("-C", "sub", "checkout", "-q", "HEAD~1")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "base")
+    base = git("rev-parse", "HEAD").strip()
+    git("config", *config.split("=", 1))
+    (repo / ".git" / "info" / "attributes").write_text("*.py diff=up\n")
+    (repo / "f.py").write_text("a\n\nB\nc\nd\ne\nf\ng\n")
+    (repo / "new.py").write_text("x\n")
+    git("-C", "sub", "checkout", "-q", "-")
+    (tmp_path / "artifacts").mkdir()
+    subprocess.run(diff_command(str(repo), base, []), shell=True, check=True,
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "POLAR_SESSION_DIR": str(tmp_path)})
+    data = (tmp_path / "artifacts" / "agent.patch").read_bytes()
+    kept = filter_patch(data, NOISE)
+    assert kept.data == data and kept.files == ["f.py", "new.py", "sub"], kept.dropped
+    git("checkout", "-q", base, "--", ".")
+    git("rm", "-q", "--cached", "new.py")
+    (repo / "new.py").unlink()
+    (tmp_path / "p.diff").write_bytes(kept.data)
+    git("apply", "--check", str(tmp_path / "p.diff"))

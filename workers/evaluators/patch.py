@@ -95,8 +95,17 @@ def diff_command(repo_dir: str, base_commit: str, exclude_patterns: tuple[str, .
     excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in (*NOISE, *exclude_patterns))
     repo = shlex.quote(repo_dir)
     return (f"cd {repo} && git add --all --intent-to-add . && "
-            f"git -c core.quotepath=off diff --binary --no-color --no-ext-diff {shlex.quote(base_commit)} -- . "
-            f"{excludes} > {PATCH_IN_SHELL}")
+            f"git {_DIFF_CONFIG} diff {_DIFF_OPTIONS} {shlex.quote(base_commit)} -- . {excludes} > {PATCH_IN_SHELL}")
+
+
+# The patch as the filter reads it and git apply applies it, whatever the repository's (or the
+# image's) git config says: a/ and b/ prefixes (diff.noprefix, diff.mnemonicPrefix), a space
+# before an empty context line (diff.suppressBlankEmpty), three lines of context (diff.context=0
+# makes hunks git apply refuses), a submodule as its commit line (diff.submodule=log writes a
+# summary between sections), the file's own text (a textconv driver writes a converted one).
+_DIFF_CONFIG = "-c core.quotepath=off -c diff.suppressBlankEmpty=false"
+_DIFF_OPTIONS = ("--binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ --unified=3 "
+                 "--submodule=short")
 
 
 def extract(runtime: Runtime, repo_dir: str, base_commit: str = "HEAD",
