@@ -270,3 +270,15 @@ def test_the_diff_command_writes_what_the_filter_reads_whatever_the_repository_c
     (repo / "new.py").unlink()
     (tmp_path / "p.diff").write_bytes(kept.data)
     git("apply", "--check", str(tmp_path / "p.diff"))
+
+
+@pytest.mark.parametrize("mode_line", [b"index 0000000..4444444 120000\n", b"new file mode 120000 x\n",
+                                       b"new file mode 0120000\n"])
+def test_a_symlink_made_by_any_mode_git_or_patch1_reads_counts_as_one(mode_line):
+    """patch(1) takes a file's mode from its index line too, and git apply reads an octal number
+    up to a space: 'index 0000000..4444444 120000' made a symlink with patch --fuzz that the
+    filter did not count, so a file beneath it was kept (probe)."""
+    link = (b"diff --git a/site b/site\n" + mode_line + b"--- /dev/null\n+++ b/site\n"
+            b"@@ -0,0 +1 @@\n+/usr/lib/python3/dist-packages\n\\ No newline at end of file\n")
+    kept = filter_patch(new_file("site/sitecustomize.py", "import os") + link, NOISE)
+    assert kept.files == ["site"] and "beneath the symlink 'site'" in kept.dropped[0]["reason"]

@@ -31,7 +31,9 @@ _EXTENDED = (b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode 
              b"rename from ", b"rename to ", b"similarity index ", b"dissimilarity index ", b"index ")
 _PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_SYMLINK_MODE = b"120000"
+_SYMLINK_MODE = 0o120000
+# A mode as git apply reads one (an octal number up to a space) or patch(1) (on an index line too)
+_MODE = re.compile(rb"(?:new file mode|new mode|index [^ ]*) +([0-7]{1,12})")
 _BINARY_LINE = re.compile(rb"(?:literal|delta) \d+|[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+|")
 _PATH_MAX = 4096  # Linux's: git cannot write a longer path from a work tree
 _ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
@@ -133,7 +135,8 @@ def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
                 raise Malformed("a second rename or copy line for one side")
             named[side] = name
             paths.append(_path(name))
-        if line.startswith((b"new file mode ", b"new mode ")) and line.endswith(_SYMLINK_MODE):
+        mode = _MODE.match(line)
+        if mode and int(mode[1], 8) & 0o170000 == _SYMLINK_MODE:
             creates_link = True
         i += 1
     if header is None:
