@@ -282,3 +282,15 @@ def test_a_symlink_made_by_any_mode_git_or_patch1_reads_counts_as_one(mode_line)
             b"@@ -0,0 +1 @@\n+/usr/lib/python3/dist-packages\n\\ No newline at end of file\n")
     kept = filter_patch(new_file("site/sitecustomize.py", "import os") + link, NOISE)
     assert kept.files == ["site"] and "beneath the symlink 'site'" in kept.dropped[0]["reason"]
+
+
+@pytest.mark.parametrize("name", ["tests data/x.py", "dir/ leading.py"])
+def test_a_name_with_a_space_as_git_writes_it_is_not_cut_at_the_space(name):
+    """git writes a tab after a name with a space on its ---/+++ lines, and patch(1) reads the
+    whole name up to it: 'tests data/x.py' was dropped as excluded by 'tests', 'dir/ leading.py'
+    as the unsafe 'dir/' (probe). Without the tab the cut name is still checked."""
+    section = (f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\t\n"
+               "@@ -0,0 +1 @@\n+x\n").encode()
+    assert filter_patch(section, (*NOISE, "tests")).files == [name]
+    untabbed = filter_patch(section.replace(b"\t\n", b"\n"), (*NOISE, "tests"))
+    assert untabbed.files == [] and untabbed.dropped[0]["path"] == name

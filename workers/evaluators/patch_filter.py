@@ -151,9 +151,15 @@ def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
         if len(rest) < 2 or not rest[1].startswith(b"+++ "):
             raise Malformed("a '---' line without its '+++'")
         for line in rest[:2]:
-            name = _path(_bare(line)[4:])
+            raw = _bare(line)[4:]
+            name = _path(raw)
             if name != "/dev/null":
                 paths.append(_strip_side(name))
+            # patch(1) ends an unquoted name at its first whitespace unless a tab follows (git
+            # writes one after a name with a space): "b/conftest.py x" is conftest.py to it.
+            words = raw.split(None, 1)
+            if not raw.startswith(b'"') and b"\t" not in raw and (not words or words[0] != raw):
+                paths.insert(0, _strip_side(_path(words[0] if words else b"")))
         _check_hunks(rest[2:])
     elif rest and rest[0].startswith(b"Binary files "):
         if len(rest) > 1:
@@ -292,11 +298,7 @@ def _refusal(paths: list[str], exclude: tuple[str, ...] | list[str], symlinks: s
     long = next((p for p in paths if len(p) > _PATH_MAX), None)
     if long is not None:  # no file system holds it; and checking it would cost what it is long squared
         return f"a path longer than any file system holds ({len(long)} characters)"
-    # patch(1) ends an unquoted name at its first whitespace unless a tab follows it (git writes
-    # that tab after a name with a space): "conftest.py x" is conftest.py to patch. So the name
-    # up to its first whitespace must pass too.
-    cut = [p.split(None, 1)[0] for p in paths if p.strip() and p.split(None, 1)[0] != p]
-    for path in dict.fromkeys([*paths, *cut]):
+    for path in dict.fromkeys(paths):
         parts = path.split("/")
         if path != path.strip():
             return f"whitespace at an end of {path[:200]!r}"
