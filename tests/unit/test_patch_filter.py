@@ -202,7 +202,7 @@ def test_globs_follow_gits_pathspec_rules_where_they_differ_from_a_regex(pattern
     assert glob_matches(pattern, path) is covered
 
 
-@pytest.mark.parametrize("pattern", ["/conftest.py", "../secrets", "tests/../../x", "[[:nope:]]"])
+@pytest.mark.parametrize("pattern", ["/conftest.py", "../secrets", "tests/../../x", "[[:nope:]]", "!conftest.py"])
 def test_an_exclude_pattern_git_cannot_read_is_refused_when_the_config_is_read(pattern):
     """git fails on a pathspec outside the repository ('/conftest.py', written gitignore-style),
     so every sample's diff failed and was graded 0 as the agent's own patch error (probe)."""
@@ -261,7 +261,8 @@ def test_the_diff_command_writes_what_the_filter_reads_whatever_the_repository_c
     git("-C", "sub", "checkout", "-q", "-")
     (tmp_path / "artifacts").mkdir()
     subprocess.run(diff_command(str(repo), base, []), shell=True, check=True,
-                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "POLAR_SESSION_DIR": str(tmp_path)})
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "POLAR_SESSION_DIR": str(tmp_path),
+                        "GIT_DIFF_OPTS": "-u0"})  # (an environment's setting: hunks without context)
     data = (tmp_path / "artifacts" / "agent.patch").read_bytes()
     kept = filter_patch(data, NOISE)
     assert kept.data == data and kept.files == ["f.py", "new.py", "sub"], kept.dropped
@@ -272,8 +273,7 @@ def test_the_diff_command_writes_what_the_filter_reads_whatever_the_repository_c
     git("apply", "--check", str(tmp_path / "p.diff"))
 
 
-@pytest.mark.parametrize("mode_line", [b"index 0000000..4444444 120000\n", b"new file mode 120000 x\n",
-                                       b"new file mode 0120000\n"])
+@pytest.mark.parametrize("mode_line", [b"index 0000000..4444444 120000\n", b"new file mode 120000 x\n"])
 def test_a_symlink_made_by_any_mode_git_or_patch1_reads_counts_as_one(mode_line):
     """patch(1) takes a file's mode from its index line too, and git apply reads an octal number
     up to a space: 'index 0000000..4444444 120000' made a symlink with patch --fuzz that the
@@ -282,6 +282,10 @@ def test_a_symlink_made_by_any_mode_git_or_patch1_reads_counts_as_one(mode_line)
             b"@@ -0,0 +1 @@\n+/usr/lib/python3/dist-packages\n\\ No newline at end of file\n")
     kept = filter_patch(new_file("site/sitecustomize.py", "import os") + link, NOISE)
     assert kept.files == ["site"] and "beneath the symlink 'site'" in kept.dropped[0]["reason"]
+    # A mode git never writes (git apply reads '0120000' as a symlink too) drops the link itself.
+    odd = filter_patch(new_file("site/sitecustomize.py", "import os") + link.replace(mode_line, b"new file mode 0120000\n"),
+                       NOISE)
+    assert odd.files == ["site/sitecustomize.py"] and "a file mode git does not write" in odd.dropped[0]["reason"]
 
 
 @pytest.mark.parametrize("name", ["tests data/x.py", "dir/ leading.py"])
@@ -294,3 +298,17 @@ def test_a_name_with_a_space_as_git_writes_it_is_not_cut_at_the_space(name):
     assert filter_patch(section, (*NOISE, "tests")).files == [name]
     untabbed = filter_patch(section.replace(b"\t\n", b"\n"), (*NOISE, "tests"))
     assert untabbed.files == [] and untabbed.dropped[0]["path"] == name
+
+
+def test_a_file_mode_git_never_writes_drops_its_section():
+    """patch(1) chmods a file to whatever mode line it reads: 100777 made it world-writable."""
+    odd = new_file("run.sh", "echo hi", mode="100777")
+    kept = filter_patch(EDIT + odd + new_file("tool.sh", "echo ok", mode="100755"), ())
+    assert kept.files == ["calc.py", "tool.sh"]
+    assert [d["reason"] for d in kept.dropped] == ["not a section git writes: a file mode git does not write (100777)"]
+
+
+def test_a_hunk_header_with_absurd_counts_drops_its_section_not_the_whole_patch():
+    huge = EDIT.replace(b"@@ -1,2 +1,2 @@", b"@@ -1," + b"9" * 5000 + b" +1,2 @@").replace(b"calc.py", b"other.py")
+    kept = filter_patch(huge + EDIT, ())
+    assert kept.files == ["calc.py"] and len(kept.dropped) == 1 and "other.py" in kept.dropped[0]["path"]

@@ -74,6 +74,9 @@ def exclude_list(value: Any) -> list[str]:
             glob_matches(pattern, "x")
         except re.error as exc:
             raise TypeError(f"exclude pattern {pattern!r} is not a glob: {exc}") from None
+        if pattern.startswith("!"):  # git's pathspec reads it literally: it would exclude nothing
+            raise TypeError(f"exclude pattern {pattern!r} starts with '!': there is no negation here; "
+                            "list only what to exclude")
         normal = normal_pattern(pattern)
         if normal.startswith("/") or normal == ".." or normal.startswith("../"):
             # git refuses such a pathspec: every sample's diff would fail
@@ -95,14 +98,15 @@ def diff_command(repo_dir: str, base_commit: str, exclude_patterns: tuple[str, .
     excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in (*NOISE, *exclude_patterns))
     repo = shlex.quote(repo_dir)
     return (f"cd {repo} && git add --all --intent-to-add . && "
-            f"git {_DIFF_CONFIG} diff {_DIFF_OPTIONS} {shlex.quote(base_commit)} -- . {excludes} > {PATCH_IN_SHELL}")
+            f"GIT_DIFF_OPTS= git {_DIFF_CONFIG} diff {_DIFF_OPTIONS} {shlex.quote(base_commit)} -- . {excludes} > {PATCH_IN_SHELL}")
 
 
 # The patch as the filter reads it and git apply applies it, whatever the repository's (or the
 # image's) git config says: a/ and b/ prefixes (diff.noprefix, diff.mnemonicPrefix), a space
 # before an empty context line (diff.suppressBlankEmpty), three lines of context (diff.context=0
 # makes hunks git apply refuses), a submodule as its commit line (diff.submodule=log writes a
-# summary between sections), the file's own text (a textconv driver writes a converted one).
+# summary between sections), the file's own text (a textconv driver writes a converted one);
+# GIT_DIFF_OPTS (-u0 would override --unified) emptied for this command.
 _DIFF_CONFIG = "-c core.quotepath=off -c diff.suppressBlankEmpty=false"
 _DIFF_OPTIONS = ("--binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ --unified=3 "
                  "--submodule=short")
