@@ -282,13 +282,20 @@ class RolloutClient:
                 time.sleep(backoff)
                 backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
 
-    def close_task(self, group: str, task_id: str, keep_seconds: float = 7 * 24 * 3600) -> None:
+    def close_task(self, group: str, task_id: str, keep_seconds: float = 7 * 24 * 3600,
+                   created_at: float | None = None) -> None:
         """Remember, in Redis, that the consumer group has taken ``task_id``'s group
-        (``trainers.stream_groups``): it survives the consumer's restart."""
-        self._stream().close_task(group, task_id, keep_seconds)
+        (``trainers.stream_groups``): it survives the consumer's restart. ``created_at``: the
+        task's (``TaskStatus.created_at``), so that a later task reusing the id is not taken for it."""
+        self._stream().close_task(group, task_id, keep_seconds, created_at)
 
-    def task_closed(self, group: str, task_id: str) -> bool:
-        return self._stream().task_closed(group, task_id)
+    def task_closed(self, group: str, task_id: str, registered_at: float | None = None) -> bool:
+        """Whether the consumer group has taken ``task_id``'s group -- the group of the task a
+        session ``registered_at`` then belongs to: a task id may be submitted again once its first
+        task expired from the API (about a day), and that new task's sessions are not the closed
+        one's late sessions."""
+        closed = self._stream().task_closed(group, task_id)
+        return closed is not None and same_task(closed, registered_at)
 
     def _stream(self) -> ResultsStream:
         if not self.redis_url:
@@ -303,6 +310,18 @@ class RolloutClient:
         """Entries the consumer group has not read yet (XINFO GROUPS lag; alert on it: results
         far behind can be trimmed from the stream)."""
         return self._stream().lag(group)
+
+
+# A task id is free again only once its task expired from the API (its timeout and a day at
+# least), and every session of a task is registered in its submission: a session registered this
+# long after the task closed under its id belongs to a later task of the same id.
+TASK_REUSE_MARGIN_SECONDS = 3600.0
+
+
+def same_task(created_at: float | None, registered_at: float | None) -> bool:
+    """Whether a session ``registered_at`` belongs to the task of that id ``created_at`` (either
+    unknown: assumed so)."""
+    return created_at is None or registered_at is None or registered_at < created_at + TASK_REUSE_MARGIN_SECONDS
 
 
 def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], reading: dict[str, None],

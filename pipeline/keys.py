@@ -158,8 +158,9 @@ def results_handed(group: str) -> str:
 
 def results_closed_tasks(group: str) -> str:
     """Sorted set: task ids whose GRPO group a consumer group's ``iter_groups`` has yielded (score =
-    when), so a session of that task arriving after a consumer restart is dropped, not made a
-    second group. Trimmed to its TTL at every close."""
+    the task's ``created_at``, or when it was closed where that is unknown), so a session of that
+    task arriving after a consumer restart is dropped, not made a second group, while a later task
+    submitted under the same id (once the first expired) is not. Trimmed to its TTL at every close."""
     return f"{PREFIX}:results:closed:{group}"
 
 

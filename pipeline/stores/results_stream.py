@@ -250,17 +250,22 @@ class ResultsStream:
         pipe.hdel(keys.results_handed(group), entry_id)
         pipe.execute()
 
-    def close_task(self, group: str, task_id: str, keep_seconds: float) -> None:
-        """Remember that ``group`` has taken ``task_id``'s whole GRPO group (``iter_groups``)."""
+    def close_task(self, group: str, task_id: str, keep_seconds: float, created_at: float | None = None) -> None:
+        """Remember that ``group`` has taken ``task_id``'s whole GRPO group (``iter_groups``);
+        ``created_at``: when that task was submitted (``TaskStatus.created_at``), which tells its
+        sessions from those of a later task under the same id."""
         key, now = keys.results_closed_tasks(group), time.time()
         pipe = self._r.pipeline(transaction=False)
-        pipe.zadd(key, {task_id: now})
+        pipe.zadd(key, {task_id: now if created_at is None else created_at})
         pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
         pipe.expire(key, int(keep_seconds) + 1)
         pipe.execute()
 
-    def task_closed(self, group: str, task_id: str) -> bool:
-        return self._r.zscore(keys.results_closed_tasks(group), task_id) is not None
+    def task_closed(self, group: str, task_id: str) -> float | None:
+        """When the task ``group`` closed under ``task_id`` was created (or closed, for a mark
+        written without it); None when ``group`` closed no task of that id."""
+        score = self._r.zscore(keys.results_closed_tasks(group), task_id)
+        return None if score is None else float(score)
 
     def delivered(self, group: str, session_ids: list[str]) -> set[str]:
         """Which of ``session_ids`` this group has already acked (within the kept window)."""

@@ -2,7 +2,9 @@
 ``Group`` once all its sessions are in -- or as soon as ``early_stop_min_usable_sessions`` of
 them are usable (the task's own setting, or ``min_usable`` here), not waiting for the rest,
 which the server cancels (server-side early stop) and which are acked and dropped when they
-arrive, also after a restart (the closed tasks are kept in Redis).
+arrive, also after a restart (the closed tasks are kept in Redis, a week). A task id submitted
+again once its first task expired from the API is a new group: a session is told from the closed
+task's by when it was registered (``SessionTiming.registered_at`` against the task's ``created_at``).
 
 Acks: a group's entries are acked when the loop asks for the next group, or when the loop body
 calls ``group.ack()`` -- do that before a ``break`` that keeps the group (a generator cannot tell
@@ -23,7 +25,7 @@ import logging
 import time
 from typing import Any, Iterator
 
-from pipeline.client import api_outage
+from pipeline.client import api_outage, same_task
 from pipeline.trainers.groups import Group, usable
 
 log = logging.getLogger("polar.trainers")
@@ -36,25 +38,31 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
                 block_ms: int = 5000, stop_after: float | None = None) -> Iterator[Group]:
     held: dict[str, list[Any]] = {}  # task -> deliveries not yet acked
     usable_count: dict[str, int] = {}  # task -> how many of them are usable
-    sizes: dict[str, tuple[int, int | None]] = {}  # task -> (num_samples, usable sessions that close it)
-    closed: dict[str, None] = {}  # groups already yielded (their late sessions are dropped); the newest kept
+    sizes: dict[str, tuple[int, int | None, float | None]] = {}  # task -> (num_samples, usable sessions that
+    #   close it, created_at)
+    closed: dict[str, float | None] = {}  # groups already yielded -> their task's created_at (their late
+    #   sessions are dropped; a later task under the same id is not); the newest kept
     for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after):
         result = item.result
         task_id = result.task_id
-        if task_id not in closed and task_id not in sizes and not _size_known(client, group, task_id, min_usable, sizes):
-            _close(closed, task_id)
+        registered_at = result.timing.registered_at
+        if task_id in closed and not same_task(closed[task_id], registered_at):
+            del closed[task_id]  # the id was submitted again, once its first task expired: a new group
+        if task_id not in closed and task_id not in sizes and \
+                not _size_known(client, group, task_id, min_usable, sizes, registered_at):
+            _close(closed, task_id, registered_at)  # (a task's sessions are registered as it is created)
         if task_id in closed:
             item.ack()
             continue
         held.setdefault(task_id, []).append(item)
         usable_count[task_id] = usable_count.get(task_id, 0) + usable(result)
-        total, enough = sizes[task_id]
+        total, enough, created_at = sizes[task_id]
         if len(held[task_id]) >= total or (enough and usable_count[task_id] >= enough):
             taken = held.pop(task_id)
             usable_count.pop(task_id)
             sizes.pop(task_id)
-            _close(closed, task_id)
-            ack = functools.partial(_ack_once, client, group, task_id, taken, [])
+            _close(closed, task_id, created_at)
+            ack = functools.partial(_ack_once, client, group, task_id, created_at, taken, [])
             yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
             ack()  # the loop asked for the next group: this one is taken
         else:
@@ -66,10 +74,11 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
 
 
 def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
-                sizes: dict[str, tuple[int, int | None]]) -> bool:
-    """Learn a task's group size; False when its group is closed already (taken before a restart)
-    or the task is gone from the API (its records expired: nothing to group it by)."""
-    if client.task_closed(group, task_id):
+                sizes: dict[str, tuple[int, int | None, float | None]], registered_at: float | None = None) -> bool:
+    """Learn a task's group size; False when its group is closed already (taken before a restart:
+    the task a session ``registered_at`` belongs to, not an earlier one of the same id) or the task
+    is gone from the API (its records expired: nothing to group it by)."""
+    if client.task_closed(group, task_id, registered_at):
         return False
     backoff = API_RETRY_FIRST_SECONDS
     while True:
@@ -88,7 +97,7 @@ def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,
         log.warning("iter_groups: the API cannot give task %s's size (%s); retrying in %.1fs", task_id, reason, backoff)
         time.sleep(backoff)
         backoff = min(API_RETRY_MAX_SECONDS, backoff * 2)
-    sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions)
+    sizes[task_id] = (status.total_sessions, min_usable or status.early_stop_min_usable_sessions, status.created_at)
     return True
 
 
@@ -98,15 +107,18 @@ def _unknown_task(exc: Exception) -> bool:
     return isinstance(error, dict) and str(error.get("message", "")).startswith("unknown task")
 
 
-def _ack_once(client: Any, group: str, task_id: str, taken: list[Any], acked: list[bool]) -> None:
+def _ack_once(client: Any, group: str, task_id: str, created_at: float | None, taken: list[Any],
+              acked: list[bool]) -> None:
     if not acked:
-        client.close_task(group, task_id)  # first: a crash before the acks drops the group, never repeats it
+        # first: a crash before the acks drops the group, never repeats it
+        client.close_task(group, task_id, created_at=created_at)
         for delivery in taken:
             delivery.ack()
         acked.append(True)
 
 
-def _close(closed: dict[str, None], task_id: str) -> None:
-    closed[task_id] = None
+def _close(closed: dict[str, float | None], task_id: str, created_at: float | None) -> None:
+    closed.pop(task_id, None)  # (re-inserted: the newest kept)
+    closed[task_id] = created_at
     if len(closed) > CLOSED_KEPT:
         del closed[next(iter(closed))]

@@ -12,6 +12,7 @@ from pipeline import keys
 from pipeline.api.app import create_app
 from pipeline.client import RolloutClient
 from pipeline.schemas import SessionResult, TokenLogprob, Trace, Trajectory
+from pipeline.schemas.results import SessionTiming
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus
 from pipeline.stores.results_stream import ResultsStream
@@ -29,12 +30,13 @@ def submit(client, task_id: str, n: int, **extra) -> str:
                           "agent": {"custom_shell": "true"}, **extra})
 
 
-def publish(r, task_id: str, *sids: str, reward: float = 1.0) -> None:
+def publish(r, task_id: str, *sids: str, reward: float = 1.0, registered_at: float | None = None) -> None:
     for sid in sids:
         trace = Trace(prompt_ids=[1, 2], response_ids=[3], loss_mask=[1.0],
                       response_logprobs=[TokenLogprob(token_id=3, logprob=-0.5)], reward=reward)
         ResultsStream(r).publish_once(SessionResult(session_id=sid, task_id=task_id, status=SessionStatus.COMPLETED,
-                                                    reward=reward, trajectory=Trajectory(traces=[trace])))
+                                                    reward=reward, trajectory=Trajectory(traces=[trace]),
+                                                    timing=SessionTiming(registered_at=registered_at)))
 
 
 def groups(client, **kw):
@@ -85,6 +87,26 @@ def test_a_group_closed_before_a_restart_is_not_made_again_from_late_sessions(cl
     publish(r, "es", "e1")  # arrives while no consumer runs
     assert list(groups(client)) == []  # a new process
     assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_a_task_id_submitted_again_after_its_first_task_expired_is_a_new_group_not_dropped(client, r):
+    """A trainer naming its tasks (``prompt-17``) submits the id again in a later epoch, once the
+    first task expired from the API (its timeout and a day); the closed-task marks last a week.
+    The new task's sessions are a group of their own -- they were acked and dropped without a
+    word -- while a late session of the first task is still dropped."""
+    submit(client, "prompt-17", 2)
+    first = client.status("prompt-17", results=False).created_at - 2 * 24 * 3600  # (as if two days ago)
+    r.hset(keys.task("prompt-17"), "created_at", repr(first))
+    publish(r, "prompt-17", "a0", "a1", registered_at=first)
+    assert [(g.task_id, len(g.results)) for g in groups(client)] == [("prompt-17", 2)]
+    r.delete(keys.task("prompt-17"), keys.task_sessions("prompt-17"))  # expired
+    submit(client, "prompt-17", 2)
+    again = client.status("prompt-17", results=False).created_at
+    publish(r, "prompt-17", "a2", registered_at=first)  # the first task's straggler, after a restart: dropped
+    publish(r, "prompt-17", "b0", "b1", registered_at=again)
+    assert [sorted(x.session_id for x in g.results) for g in groups(client)] == [["b0", "b1"]]
+    publish(r, "prompt-17", "b2", registered_at=again)  # ... and the new task's own late session is dropped too
+    assert list(groups(client)) == [] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
 
 
 def test_results_of_a_task_the_api_no_longer_knows_are_dropped_not_fatal(client, r, caplog):
