@@ -72,6 +72,21 @@ def training_reward(result: SessionResult, trace_index: int) -> float:
     return float(reward) if reward is not None and math.isfinite(reward) else 0.0
 
 
+def neutral_reward(results: list[SessionResult], include_timeouts: bool = False) -> float:
+    """The reward for the rows of a group's sessions that train nothing (not ``usable``: an
+    ERROR, a TIMEOUT, the CANCELLED rest of an early-stopped group, no model call) where the
+    trainer computes advantages itself: the mean reward of the group's usable sessions (0.0 when
+    none is). slime's, verl's and SkyRL's GRPO take the baseline over every row of a prompt's
+    group, masked ones included: rows given 0.0 pulled it down, and every usable session of the
+    group got an advantage its reward did not earn (an early-stopped group of three successes and
+    five cancelled sessions: +1.2 each, where ``advantages`` gives 0). At the mean they leave the
+    baseline the usable sessions' own (exact for a mean-only baseline, Dr. GRPO's); the spread
+    GRPO divides by still counts them, at zero distance, so its advantages grow by
+    sqrt((n - 1) / (usable - 1)), their signs and order exact."""
+    rewards = [float(r.reward) for r in results if usable(r, include_timeouts) and r.reward is not None]
+    return sum(rewards) / len(rewards) if rewards else 0.0
+
+
 class NoSingleSequence(ValueError):
     """A session that is no one sequence for a trainer taking one per sample."""
 

@@ -6,8 +6,11 @@ main trace (``groups.main_trace``). ``step_wise=True`` gives every trace of a se
 (SkyRL's step-wise training: ``is_last_step`` marks a session's last, which carries the outcome
 reward; earlier steps 0.0). ``trajectory_ids`` are SkyRL's ``TrajectoryID`` when SkyRL is
 installed, else dicts of the same fields (task id, sample index). A session SkyRL must not learn
-from (not ``groups.usable``) keeps its sequence with a zero mask and reward 0.0; one that made no
-model call is a one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask.
+from (not ``groups.usable``) keeps its sequence with a zero mask; one that made no model call is a
+one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask. Their reward is their task's
+``groups.neutral_reward`` (the mean of its usable sessions' rewards in ``results``): SkyRL's GRPO
+takes its baseline over every sequence of a prompt's group, masked ones included, and 0.0 there
+raised the advantages of the group's usable sessions (``neutral_fill=False``: 0.0).
 """
 
 from __future__ import annotations
@@ -19,21 +22,27 @@ from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
     made_no_call,
     main_trace,
+    neutral_reward,
     trace_versions,
     training_reward,
     usable,
 )
 
 
-def to_generator_output(results: list[SessionResult], *, step_wise: bool = False) -> dict[str, Any]:
+def to_generator_output(results: list[SessionResult], *, step_wise: bool = False,
+                        neutral_fill: bool = True) -> dict[str, Any]:
     out: dict[str, list[Any]] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
                                                  "stop_reasons", "rollout_logprobs", "trajectory_ids",
                                                  "is_last_step", "policy_versions")}
     make_id = _trajectory_id()
+    by_task: dict[str, list[SessionResult]] = {}
+    for r in results:
+        by_task.setdefault(r.task_id, []).append(r)
+    fill = {task: neutral_reward(rs) if neutral_fill else 0.0 for task, rs in by_task.items()}
     for r in results:
         if made_no_call(r):
             for key, value in (("prompt_token_ids", [PLACEHOLDER_TOKEN]), ("response_ids", [PLACEHOLDER_TOKEN]),
-                               ("rewards", 0.0), ("loss_masks", [0]), ("stop_reasons", r.status.value.lower()),
+                               ("rewards", fill[r.task_id]), ("loss_masks", [0]), ("stop_reasons", r.status.value.lower()),
                                ("rollout_logprobs", [0.0]), ("is_last_step", True), ("policy_versions", []),
                                ("trajectory_ids", make_id(instance_id=r.task_id, repetition_id=r.sample_index))):
                 out[key].append(value)
@@ -45,7 +54,7 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
             t, last = traces[i], n == len(indexes) - 1
             out["prompt_token_ids"].append(list(t.prompt_ids))
             out["response_ids"].append(list(t.response_ids))
-            out["rewards"].append(training_reward(r, i) if trains and last else 0.0)
+            out["rewards"].append(0.0 if not last else training_reward(r, i) if trains else fill[r.task_id])
             out["loss_masks"].append([int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids))
             out["stop_reasons"].append(t.finish_reason or r.status.value.lower())
             out["rollout_logprobs"].append([lp.logprob for lp in t.response_logprobs])

@@ -10,8 +10,11 @@ cut -> TRUNCATED, else COMPLETED); aborted and failed samples train on nothing (
 group of ``n_samples_per_prompt`` needs: a session that made no model call is a FAILED
 placeholder of two tokens (``groups.PLACEHOLDER_TOKEN``; one masked response token: slime packs
 no empty sequence), so the group keeps its size. Any session that is not ``groups.usable`` (also
-one COMPLETED without a finite reward) trains nothing: its reward is 0.0, its mask zero, and
-``remove_sample`` is set (slime's own flag for a sample kept only for the batch's shape).
+one COMPLETED without a finite reward) trains nothing: its reward is ``fill_reward``, its mask
+zero, and ``remove_sample`` is set (slime's own flag for a sample kept only for the batch's
+shape). slime's reward normalisation reshapes the rewards by ``n_samples_per_prompt``, such rows
+included: pass ``fill_reward=groups.neutral_reward(<the group's results>)`` (``slime_rollout``
+does), or the default 0.0 lowers the group's baseline and raises its usable samples' advantages.
 """
 
 from __future__ import annotations
@@ -45,41 +48,44 @@ def sample_status(result: SessionResult, finish_reason: str | None) -> str:
 
 def to_samples(result: SessionResult, *, group_index: int | None = None, reward_key: str | None = None,
                advantage: dict[tuple[str, int], float] | None = None, max_tokens: int | None = None,
-               sample_cls: Any = None) -> list[Any]:
+               sample_cls: Any = None, fill_reward: float = 0.0) -> list[Any]:
     """One sample per trace (a per-request trajectory's calls, each its own sample)."""
     out = []
     for i, t in enumerate(result.trajectory.traces):
         if not t.response_ids or (max_tokens is not None and len(t.prompt_ids) + len(t.response_ids) > max_tokens):
             continue  # nothing to train on, or more than the trainer takes
-        out.append(_sample(result, i, group_index, reward_key, advantage, sample_cls))
+        out.append(_sample(result, i, group_index, reward_key, advantage, sample_cls, fill_reward=fill_reward))
     return out
 
 
 def to_sample(result: SessionResult, *, group_index: int | None = None, reward_key: str | None = None,
-              advantage: dict[tuple[str, int], float] | None = None, sample_cls: Any = None) -> Any:
+              advantage: dict[tuple[str, int], float] | None = None, sample_cls: Any = None,
+              fill_reward: float = 0.0) -> Any:
     """The session's one sample (its main trace; a session without a model call: a FAILED placeholder)."""
     if made_no_call(result):
         fields: dict[str, Any] = {
             "group_index": group_index, "index": result.sample_index, "session_id": result.session_id, "prompt": [],
             "tokens": [PLACEHOLDER_TOKEN, PLACEHOLDER_TOKEN], "response_length": 1, "loss_mask": [0],
-            "rollout_log_probs": [0.0], "reward": {reward_key: 0.0} if reward_key else 0.0, "status": "FAILED",
+            "rollout_log_probs": [0.0], "reward": {reward_key: fill_reward} if reward_key else fill_reward,
+            "status": "FAILED",
             "remove_sample": True,
             "metadata": {"polar": {"task_id": result.task_id, "session_status": result.status.value, "trained": False,
                                    "no_model_call": True}}}
         return _build(sample_cls, fields)
     return _sample(result, main_trace(result), group_index, reward_key, advantage, sample_cls,
-                   index=result.sample_index)
+                   index=result.sample_index, fill_reward=fill_reward)
 
 
 def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: str | None,
-            advantage: dict[tuple[str, int], float] | None, sample_cls: Any, index: int | None = None) -> Any:
+            advantage: dict[tuple[str, int], float] | None, sample_cls: Any, index: int | None = None,
+            fill_reward: float = 0.0) -> Any:
     t = result.trajectory.traces[i]
     logprobs = [lp.logprob for lp in t.response_logprobs]
     bad = [j for j, (m, lp) in enumerate(zip(t.loss_mask, logprobs)) if m and not math.isfinite(lp)]
     if bad:
         raise RolloutLogprobError(f"{result.session_id} trace {i}: trainable tokens {bad[:5]} have no logprob")
     status, trains = sample_status(result, t.finish_reason), usable(result)
-    reward = training_reward(result, i) if trains else 0.0
+    reward = training_reward(result, i) if trains else fill_reward
     fields = {
         "group_index": group_index, "index": i if index is None else index, "session_id": result.session_id,
         "prompt": t.prompt_messages, "tokens": [*t.prompt_ids, *t.response_ids], "response_length": len(t.response_ids),

@@ -87,8 +87,10 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         group = groups.Group(task_id, status.results, n)
         adv = groups.advantages(group)
         ordered = sorted(status.results, key=lambda r: r.sample_index)
+        # The group's sessions that train nothing are at its usable mean: slime's baseline is theirs
+        fill = groups.neutral_reward(status.results)
         samples.append([slime.to_sample(r, group_index=index if given is None else given, reward_key=reward_key, advantage=adv,
-                                        sample_cls=sample_cls) for r in ordered])
+                                        sample_cls=sample_cls, fill_reward=fill) for r in ordered])
         metrics["sessions"] += len(status.results)
         metrics["usable"] += int(group.stats["usable"])
         metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())

@@ -175,10 +175,48 @@ def test_a_session_without_a_model_call_keeps_its_row_in_verl_and_skyrl():
     assert out["prompt_ids"] and out["reward_score"] == 0.0 and out["extra_fields"]["no_model_call"] is True
     g = skyrl.to_generator_output([merged("a", 1.0), none])
     assert len(g["response_ids"]) == len(g["prompt_token_ids"]) == 2 and g["loss_masks"][1] == [0]
-    assert g["rewards"] == [1.0, 0.0] and g["is_last_step"] == [True, True] and g["stop_reasons"][1] == "error"
+    # (its reward: the group's usable mean, groups.neutral_reward)
+    assert g["rewards"] == [1.0, 1.0] and g["is_last_step"] == [True, True] and g["stop_reasons"][1] == "error"
     assert g["trajectory_ids"][1] == {"instance_id": "t", "repetition_id": 1}
     assert all(len(r) == len(m) == len(lp) for r, m, lp in zip(g["response_ids"], g["loss_masks"], g["rollout_logprobs"]))
     assert skyrl.to_generator_output([none], step_wise=True)["loss_masks"] == [[0]]
+
+
+def _grpo(rewards):
+    """What slime's, verl's and SkyRL's GRPO make of one group's rows: (r - mean) / (std + eps), the
+    unbiased std (torch.std), over every row of the group -- the masked ones too."""
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1))
+    return [(x - mean) / (std + 1e-6) for x in rewards]
+
+
+def test_rows_that_train_nothing_leave_a_frameworks_group_baseline_to_the_usable_sessions():
+    """An early-stopped group of eight: three sessions in (1, 0, 1), four CANCELLED by the early
+    stop, one ERROR without a model call. The frameworks normalise over all eight rows: at 0.0 the
+    five rows moved the baseline to 0.25, the successes' advantage became +1.62 (Polar's own: +0.71)
+    and the failure's -0.54 (-1.41) -- and a group of three successes and five cancelled rows got
+    +1.2 each where Polar's advantages give 0."""
+    rs = [merged(f"s{i}", reward, index=i) for i, reward in enumerate([1.0, 0.0, 1.0])]
+    rs += [merged(f"c{i}", None, SessionStatus.CANCELLED, traces=[trace(reward=None)], index=3 + i) for i in range(4)]
+    rs += [merged("n", None, SessionStatus.ERROR, traces=[], index=7)]
+    fill = groups.neutral_reward(rs)
+    assert fill == pytest.approx(2 / 3)
+    rows = {"skyrl": skyrl.to_generator_output(rs)["rewards"],
+            "verl": [verl.to_agent_loop_output(r, fill_reward=fill)["reward_score"] for r in rs],
+            "slime": [slime.to_sample(r, fill_reward=fill)["reward"] for r in rs]}
+    polar = groups.advantages(groups.Group("t", rs, expected=8))
+    for name, rewards in rows.items():
+        assert rewards[:3] == [1.0, 0.0, 1.0] and sum(rewards) / 8 == pytest.approx(2 / 3), name
+        trained = _grpo(rewards)[:3]  # the masked rows' advantages train nothing
+        assert sum(trained) == pytest.approx(0.0, abs=1e-6), name  # the usable sessions' own baseline
+        assert trained[0] > 0 > trained[1], name  # signs as Polar's
+        assert [a / trained[0] for a in trained] == pytest.approx([polar[(f"s{i}", 0)] / polar[("s0", 0)]
+                                                                   for i in range(3)]), name
+    successes = [merged(f"s{i}", 1.0, index=i) for i in range(3)]
+    successes += [merged(f"c{i}", None, SessionStatus.CANCELLED, traces=[trace(reward=None)], index=3 + i)
+                  for i in range(5)]
+    assert set(_grpo(skyrl.to_generator_output(successes)["rewards"])) == {0.0}  # nothing to learn, as Polar's
+    assert skyrl.to_generator_output(successes, neutral_fill=False)["rewards"][3:] == [0.0] * 5
 
 
 def test_staleness_counts_the_oldest_version_that_sampled_a_session():
