@@ -243,12 +243,16 @@ class RolloutClient:
                     reading.pop(e.entry_id, None)
 
         alive = threading.Event()
-        threading.Thread(target=_keep_held, args=(stream, group, consumer, holding, reading, alive, claim_idle_ms / 3000),
+        threading.Thread(target=_keep_held, args=(stream, group, consumer, holding, reading, alive, claim_idle_ms),
                          name=f"polar-results-{consumer}", daemon=True).start()
         try:
             yield from self._consume(stream, group, consumer, deliver, nacked, block_ms, count, stop_after, claim_idle_ms)
         finally:
             alive.set()  # the iterator is closed (or collected): its entries may be claimed
+            try:
+                stream.stop_beating(group, consumer)
+            except redis.RedisError:  # it lapses by itself
+                pass
 
     @staticmethod
     def _consume(stream: ResultsStream, group: str, consumer: str, deliver: Callable[..., Iterator[Delivery]],
@@ -325,13 +329,17 @@ def same_task(created_at: float | None, registered_at: float | None) -> bool:
 
 
 def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], reading: dict[str, None],
-               closed: threading.Event, every: float) -> None:
-    while not closed.wait(max(every, 0.05)):
-        held = [*holding.values(), *reading]
+               closed: threading.Event, claim_idle_ms: int) -> None:
+    """Every ``claim_idle_ms / 3``: beat (the consumer is alive, whatever the other consumers'
+    ``claim_idle_ms``) and reset the idle time of what it holds."""
+    every = max(claim_idle_ms / 3000, 0.05)
+    while not closed.is_set():
         try:
-            stream.touch(group, consumer, held)
+            stream.beat(group, consumer, claim_idle_ms)
+            stream.touch(group, consumer, [*holding.values(), *reading])
         except redis.RedisError as exc:  # the next beat tries again
             log.warning("could not keep held results from other consumers' claims: %s", exc)
+        closed.wait(every)
 
 
 def _poison(e: StreamEntry) -> str | None:

@@ -156,6 +156,13 @@ def results_handed(group: str) -> str:
     return f"{PREFIX}:results:handed:{group}"
 
 
+def results_alive(group: str, consumer: str) -> str:
+    """String with a TTL (the consumer's own ``claim_idle_ms``), renewed by a live results
+    iterator: other consumers of the group claim nothing from a consumer while it exists, whatever
+    their own ``claim_idle_ms``. Deleted when the iterator closes."""
+    return f"{PREFIX}:results:alive:{group}:{consumer}"
+
+
 def results_closed_tasks(group: str) -> str:
     """Sorted set: task ids whose GRPO group a consumer group's ``iter_groups`` has yielded (score =
     the task's ``created_at``, or when it was closed where that is unknown), so a session of that

@@ -177,11 +177,15 @@ class ResultsStream:
         (XCLAIM drops those silently) comes back with an empty blob, for the caller to report."""
         ids: list[str] = []
         summary: Any = self._r.xpending(self.stream, group)
+        others = [text(row["name"]) for row in summary.get("consumers") or []
+                  if text(row["name"]) != consumer and int(row["pending"])]
+        # A consumer whose iterator still beats is alive, however long its entries idle: its
+        # claim_idle_ms (its touch period) may be longer than this one's.
+        alive = {name for name, beats in zip(others, self._beating(group, others)) if beats}
         # Per other consumer: a range over the whole group would be filled by this consumer's own
         # held entries (a trainer batching hundreds of them) and never reach a dead one's.
-        for row in summary.get("consumers") or []:
-            name = text(row["name"])
-            if name == consumer or not int(row["pending"]) or len(ids) >= count:
+        for name in others:
+            if name in alive or len(ids) >= count:
                 continue
             rows: Any = self._r.xpending_range(self.stream, group, min="-", max="+", count=count - len(ids),
                                                consumername=name, idle=min_idle_ms)
@@ -198,6 +202,22 @@ class ResultsStream:
                 pipe.xrange(self.stream, i, i)
             entries += [StreamEntry(i, "", b"") for i, rng in zip(missing, pipe.execute()) if not rng]
         return entries
+
+    def beat(self, group: str, consumer: str, ttl_ms: int) -> None:
+        """Say that ``consumer``'s iterator is alive for ``ttl_ms`` (``claim_stale`` of other
+        consumers leaves its entries alone meanwhile)."""
+        self._r.set(keys.results_alive(group, consumer), b"1", px=max(1, int(ttl_ms)))
+
+    def stop_beating(self, group: str, consumer: str) -> None:
+        self._r.delete(keys.results_alive(group, consumer))
+
+    def _beating(self, group: str, consumers: list[str]) -> list[bool]:
+        if not consumers:
+            return []
+        pipe = self._r.pipeline(transaction=False)
+        for name in consumers:
+            pipe.exists(keys.results_alive(group, name))
+        return [bool(x) for x in pipe.execute()]
 
     def touch(self, group: str, consumer: str, entry_ids: list[str]) -> int:
         """Reset the idle time of the entries ``consumer`` still holds (alive: not to be claimed

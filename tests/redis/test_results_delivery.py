@@ -241,6 +241,29 @@ def test_entries_read_ahead_by_a_live_consumer_are_not_claimed_by_another(r, red
     assert got == sids and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
 
 
+def test_a_consumer_with_a_shorter_claim_idle_ms_claims_nothing_from_a_live_one(r, redis_url):
+    """Two ranks of one group with different claim_idle_ms (the default 300 s, and 0.3 s): the
+    live rank resets its entries' idle time only every 100 s, so the other took every entry it
+    held or had read ahead after 0.3 s, and both trained on them. Alive is the live iterator's
+    beat, not the idle time; once it closes (or dies and its beat lapses), they are claimed."""
+    publish(ResultsStream(r), "h0", "h1", "h2")
+    holder = client(redis_url).results(group="g", consumer="patient", block_ms=50, count=3)
+    held = next(holder)  # one handed over, two read ahead
+    time.sleep(0.6)
+    quick = [item.result.session_id for item in client(redis_url).results(
+        group="g", consumer="quick", block_ms=50, claim_idle_ms=300, stop_after=0.8)]
+    assert quick == []
+    held.ack()
+    holder.close()  # its beat ends: what it still had is the other's once idle 0.3 s
+    got = []
+    for item in client(redis_url).results(group="g", consumer="quick", block_ms=50, claim_idle_ms=300,
+                                          stop_after=1.0):
+        got.append(item.result.session_id)
+        item.ack()
+    assert held.result.session_id == "h0" and sorted(got) == ["h1", "h2"]
+    assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
 def test_only_the_entry_a_consumer_keeps_dying_on_is_dead_lettered_not_the_batch_read_with_it(r, redis_url):
     stream = ResultsStream(r)
     publish(stream, *[f"c{i}" for i in range(6)])
