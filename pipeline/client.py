@@ -195,6 +195,11 @@ class RolloutClient:
           instead of ending."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"results(count={count!r}): entries per read, a whole number >= 1")
+        if isinstance(block_ms, bool) or not isinstance(block_ms, int) or block_ms < 1:
+            # (Redis's BLOCK 0 waits for ever: stop_after and the claims would never come)
+            raise ValueError(f"results(block_ms={block_ms!r}): how long one read waits, a whole number of ms >= 1")
         from pipeline.stores.connection import connect
 
         stream = ResultsStream(connect(self.redis_url, mode=self.redis_patience))
@@ -274,6 +279,8 @@ class RolloutClient:
                         again, nacked[:] = list(nacked), []
                         yield from deliver(stream.reclaim(group, consumer, again))
                     wait = min(block_ms, max(1, int(claim_every * 1000)))
+                    if stop_after is not None:  # a long block_ms does not outlast stop_after
+                        wait = min(wait, max(1, int((stop_after - (time.monotonic() - idle_since)) * 1000) + 1))
                     batch = stream.read(group, consumer, pending=False, count=count, block_ms=wait)
                     backoff = RECONNECT_FIRST_SECONDS
                     if batch:

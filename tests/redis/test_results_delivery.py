@@ -264,6 +264,21 @@ def test_a_consumer_with_a_shorter_claim_idle_ms_claims_nothing_from_a_live_one(
     assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
 
 
+def test_reads_that_would_never_return_or_fail_late_are_refused_and_stop_after_is_kept(r, redis_url):
+    """block_ms=0 (Redis's BLOCK 0: for ever) hung the iterator past stop_after and every claim;
+    count=0 failed only at the read, after creating a group that then held back every trim; and a
+    block_ms longer than stop_after blocked that long (up to claim_idle_ms / 2)."""
+    import pytest
+
+    for kw in ({"count": 0}, {"count": -5}, {"block_ms": -1}, {"block_ms": 0}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            next(client(redis_url).results(group="bad", consumer="c", stop_after=0.2, **kw))
+    assert r.exists(keys.RESULTS_STREAM) == 0  # no group created (nor the stream with it)
+    t0 = time.monotonic()
+    assert list(client(redis_url).results(group="g", consumer="c", block_ms=20_000, stop_after=0.3)) == []
+    assert time.monotonic() - t0 < 5
+
+
 def test_only_the_entry_a_consumer_keeps_dying_on_is_dead_lettered_not_the_batch_read_with_it(r, redis_url):
     stream = ResultsStream(r)
     publish(stream, *[f"c{i}" for i in range(6)])
