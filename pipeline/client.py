@@ -34,6 +34,7 @@ from pipeline.stores.results_stream import ResultsStream, StreamEntry
 
 log = logging.getLogger("polar.client")
 RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 30.0
+PENDING_PAGE = 256  # unacked entries re-read per round trip at a (re)start
 
 
 class RolloutError(Exception):
@@ -269,7 +270,10 @@ class RolloutClient:
         while True:
             try:
                 stream.ensure_group(group)
-                yield from deliver(stream.read(group, consumer, pending=True, count=1_000_000))
+                after = "0"  # its unacked entries, a page at a time: one reply of thousands of blobs
+                while page := stream.read(group, consumer, pending=True, count=PENDING_PAGE, after=after):
+                    after = page[-1].entry_id  # (Redis buffers a reply whole, its memory on top of the data's)
+                    yield from deliver(page)
                 last_claim = 0.0
                 while True:
                     if time.monotonic() - last_claim >= claim_every:

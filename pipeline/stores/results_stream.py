@@ -164,9 +164,10 @@ class ResultsStream:
                 raise
 
     def read(self, group: str, consumer: str, *, pending: bool, count: int = 16,
-             block_ms: int | None = 1000) -> list[StreamEntry]:
-        """``pending=True`` re-reads this consumer's unacked entries; else new ones (blocking)."""
-        resp: Any = self._r.xreadgroup(group, consumer, {self.stream: "0" if pending else ">"},
+             block_ms: int | None = 1000, after: str = "0") -> list[StreamEntry]:
+        """``pending=True`` re-reads this consumer's unacked entries (those after ``after``: a
+        page at a time); else new ones (blocking)."""
+        resp: Any = self._r.xreadgroup(group, consumer, {self.stream: after if pending else ">"},
                                   count=count, block=None if pending else block_ms)
         return [e for _, got in (resp or []) for e in map(_entry, got) if e is not None]
 

@@ -279,6 +279,35 @@ def test_reads_that_would_never_return_or_fail_late_are_refused_and_stop_after_i
     assert time.monotonic() - t0 < 5
 
 
+def test_a_restart_re_reads_its_unacked_entries_a_page_at_a_time(r, redis_url, monkeypatch):
+    """A trainer holding thousands of entries (iter_groups filling many groups) re-read them all in
+    one XREADGROUP at its restart: one reply of every blob, buffered whole in Redis."""
+    import pipeline.client as client_module
+
+    monkeypatch.setattr(client_module, "PENDING_PAGE", 40, raising=False)
+    stream = ResultsStream(r)
+    sids = [f"p{i:03d}" for i in range(150)]
+    publish(stream, *sids)
+    first = client(redis_url).results(group="g", consumer="c", block_ms=50, count=150)
+    held = [next(first) for _ in range(150)]  # all held, none acked: then it dies
+    first.close()
+    counts: list[int] = []
+    read = ResultsStream.read
+
+    def spy(self, *a, **kw):
+        if kw.get("pending"):
+            counts.append(kw["count"])
+        return read(self, *a, **kw)
+
+    monkeypatch.setattr(ResultsStream, "read", spy)
+    got = []
+    for item in client(redis_url).results(group="g", consumer="c", block_ms=50, stop_after=0.3):
+        got.append(item.result.session_id)
+        if len(got) % 2:
+            item.ack()  # (acks between pages)
+    assert len(held) == 150 and got == sids and max(counts) == 40
+
+
 def test_only_the_entry_a_consumer_keeps_dying_on_is_dead_lettered_not_the_batch_read_with_it(r, redis_url):
     stream = ResultsStream(r)
     publish(stream, *[f"c{i}" for i in range(6)])
