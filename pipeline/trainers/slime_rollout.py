@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
+import time
 import uuid
 from typing import Any
 
 from pipeline.client import RolloutClient
 from pipeline.trainers import groups, slime
+
+log = logging.getLogger("polar.trainers")
 
 
 def instruction_of(prompt: Any) -> str:
@@ -80,8 +84,13 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     timeout = float(getattr(args, "polar_timeout", 3600))
     sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", None)
     samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
+    deadline = time.monotonic() + timeout  # for the whole rollout, not for each of its tasks
     for index, (prompt_group, task_id) in enumerate(zip(prompt_groups, submitted)):
-        status = client.wait(task_id, timeout=timeout, poll_seconds=1.0)
+        try:
+            status = client.wait(task_id, timeout=max(0.0, deadline - time.monotonic()), poll_seconds=1.0)
+        except BaseException:  # a timeout, Ctrl-C: the rollout is given up, so nothing of it goes on sampling
+            _cancel(client, submitted[index:])
+            raise
         # the index slime's data source gave the group (unique across rollouts); else its place here
         given = getattr(prompt_group[0], "group_index", None)
         group = groups.Group(task_id, status.results, n)
@@ -96,6 +105,14 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())
     metrics["reward_mean"] = metrics["reward_sum"] / metrics["usable"] if metrics["usable"] else 0.0
     return _output(samples, metrics)
+
+
+def _cancel(client: RolloutClient, task_ids: list[str]) -> None:
+    for task_id in task_ids:
+        try:
+            client.cancel(task_id)
+        except Exception as exc:  # (the error being raised says why the rollout ended; this is cleanup)
+            log.warning("could not cancel task %s of a rollout given up: %s", task_id, exc)
 
 
 def _output(samples: list[list[Any]], metrics: dict[str, Any]) -> Any:

@@ -56,3 +56,32 @@ def test_generate_rollout_returns_one_sample_list_per_prompt_group(stack, tmp_pa
         generate_rollout(args, rollout_id=8, data_source=DataSource(prompts))
     with pytest.raises(ValueError, match="eval"):  # evaluating would eat the training prompts
         generate_rollout(args, rollout_id=8, data_source=DataSource(prompts), evaluation=True)
+
+
+def test_a_rollout_that_times_out_cancels_what_it_submitted(stack, tmp_path, monkeypatch):
+    """The timeout is the whole rollout's, and a rollout given up leaves nothing sampling: its
+    tasks were left running, taking the engine from the next rollout's."""
+    import time
+
+    from pipeline.client import RolloutClient
+    from pipeline.status import TaskState
+
+    submitted: list[str] = []
+    submit = RolloutClient.submit
+    monkeypatch.setattr(RolloutClient, "submit", lambda self, task: submitted.append(submit(self, task)) or submitted[-1])
+    template = json.loads((EXAMPLES / "demo_task.json").read_text())
+    template["runtime"]["prepare"][0]["src"] = str(EXAMPLES / "bash_agent.py")
+    template["builder"] = {"strategy": "prefix_merging"}
+    template["agent"] = {"custom_shell": "sleep 120"}
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template))
+    args = SimpleNamespace(polar_task_template=str(path), polar_api_url=stack.settings.api_url,
+                           polar_api_token=stack.settings.secret("api_token"), n_samples_per_prompt=1,
+                           rollout_batch_size=2, polar_timeout=3)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        generate_rollout(args, rollout_id=9, data_source=DataSource(["a", "b"]))
+    assert time.monotonic() - started < 30 and len(submitted) == 2
+    client = RolloutClient(stack.settings.api_url, api_token=stack.settings.secret("api_token"))
+    for task_id in submitted:
+        assert client.wait(task_id, timeout=120).status == TaskState.CANCELLED
