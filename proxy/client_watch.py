@@ -82,6 +82,12 @@ def watching(client: Any) -> Iterator[None]:
         watcher.close()
 
 
+def has_left(client: Any) -> bool:
+    """Whether ``client`` (a socket from ``client_socket``, or None) has closed its connection:
+    one non-blocking peek, for a call that waits without a watch (parked by a pause)."""
+    return client is not None and _closed(client) is True
+
+
 def _closed(client: Any) -> bool | None:
     """True: EOF or reset; False: nothing to read yet; None: bytes waiting (undecided)."""
     timeout = client.gettimeout()

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 from pipeline.stores.proxy_control import ProxyControlStore, Release
-from proxy.errors import Conflict, UpstreamTimeout
+from proxy.errors import ClientGone, Conflict, UpstreamTimeout
 
 POLL_SECONDS = 0.05
 # A call arriving during a pause holds a lease for one round trip before it sees the flag and
@@ -56,11 +56,15 @@ class Control:
         return self.wait_out(call_id, lease, max_wait, still_wanted)
 
     def wait_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
-                 still_wanted: Callable[[], Any] = lambda: None) -> str | None:
+                 still_wanted: Callable[[], Any] = lambda: None,
+                 gone: Callable[[], bool] = lambda: False) -> str | None:
         """Wait, holding no lease, until the pause clears, then enter again; the enter re-reads
         the flag after its lease is in, so a pause that lands in between is either seen by the
         call or counts the call. After a wait, ``still_wanted()`` raises when the call's session
-        ended meanwhile (its budget ran out while it was parked)."""
+        ended meanwhile (its budget ran out while it was parked). ``gone()``, asked at every
+        poll, says the caller closed its connection (an agent killed at its deadline or
+        cancelled while its call was parked): the call leaves at once, so it stops counting in
+        its session's calls in flight (POSTRUN's drain waited for it until the resume)."""
         parked = time.monotonic()
         deadline = parked + max_wait
         while True:
@@ -69,6 +73,9 @@ class Control:
                     raise UpstreamTimeout(f"inference is paused for weight sync and did not resume in time "
                                           f"(parked {time.monotonic() - parked:.0f} s)")
                 time.sleep(POLL_SECONDS)
+                if gone():
+                    raise ClientGone("the client closed its connection while its call waited out a weight-sync "
+                                     "pause; nothing was sampled")
                 if not self._paused():
                     break
             still_wanted()

@@ -19,7 +19,7 @@ from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy import context_limits, noise, upstream
 from proxy.capture import build_error_record, build_record, new_completion_id
-from proxy.client_watch import watching
+from proxy.client_watch import has_left, watching
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
 from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
@@ -173,11 +173,13 @@ class Gateway:
     def unpark(self, call: Call, key: str | None) -> None:
         """Wait out the pause a parked call found (``admitted(park=True)``), then stamp the
         version it samples under; a call that cannot go on (the pause outlasted its wait, its
-        session ended) leaves with nothing recorded, as one refused at admission does."""
+        session ended, its client left) leaves with nothing recorded, as one refused at
+        admission does."""
         try:
             call.policy_version = self.control.wait_out(call.lease.call_id, self.inflight.expiry,
                                                         self.settings.upstream_timeout_seconds,
-                                                        still_wanted=lambda: self.check_key(key))
+                                                        still_wanted=lambda: self.check_key(key),
+                                                        gone=lambda: has_left(call.client))
         except ProxyError:
             self._release(call.lease, [], entered=False)
             raise

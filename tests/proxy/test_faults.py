@@ -414,3 +414,35 @@ def test_a_half_closing_client_is_taken_for_gone_unless_the_watch_is_off(fake_st
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def test_a_stream_parked_by_a_pause_whose_client_leaves_stops_counting_at_once(fake_stack):
+    """An agent killed (deadline, cancel) while its streamed call waits out a weight-sync pause:
+    the parked call leaves its session's calls in flight when its client goes, not at the
+    resume -- POSTRUN's drain waited for it (inflight_drain_seconds) and the trajectory said a
+    call was left out. Nothing is recorded: nothing was sampled."""
+    import socket
+
+    import redis
+
+    key = running_session(fake_stack.settings.redis_url)
+    proxy = fake_stack.settings.proxy_url
+    admin = httpx.Client(headers={"x-polar-admin-token": fake_stack.settings.secret("admin_token") or ""}, timeout=60)
+    r = redis.Redis.from_url(fake_stack.settings.redis_url)
+    calls = keys.session_calls(sid_of(key))
+    assert admin.post(f"{proxy}/admin/pause", json={"holder": "parked-client-test", "timeout_seconds": 5}).json()["paused"]
+    try:
+        host, port = proxy.rsplit("/", 1)[-1].split(":")
+        body = json.dumps({"model": "fake", "messages": MSG, "stream": True}).encode()
+        client = socket.create_connection((host, int(port)), timeout=10)
+        client.sendall(b"POST /s/%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body))
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")  # parked: the stream opened, kept alive
+        wait_for(lambda: r.zcard(calls) == 1, timeout=10, interval=0.05)
+        client.close()  # the agent is gone
+        # Within a second, well before the parked wait's own bound (upstream_timeout_seconds, 3 s here).
+        wait_for(lambda: r.zcard(calls) == 0, timeout=1.5, interval=0.05)
+        assert admin.get(f"{proxy}/admin/status").json()["paused"]
+        assert records(fake_stack.settings.redis_url, key) == ([], [])
+    finally:
+        admin.post(f"{proxy}/admin/resume", json={"holder": "parked-client-test"})
