@@ -22,7 +22,7 @@ from proxy.capture import build_error_record, build_record, new_completion_id
 from proxy.client_watch import has_left, watching
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.control import Control
-from proxy.errors import ProxyError, UpstreamError, UpstreamRejected
+from proxy.errors import ClientGone, ProxyError, UpstreamError, UpstreamRejected
 from proxy.hot_redis import HotRedis, NoScript, Pending, RedisReplyError
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
@@ -173,13 +173,17 @@ class Gateway:
     def unpark(self, call: Call, key: str | None) -> None:
         """Wait out the pause a parked call found (``admitted(park=True)``), then stamp the
         version it samples under; a call that cannot go on (the pause outlasted its wait, its
-        session ended, its client left) leaves with nothing recorded, as one refused at
-        admission does."""
+        session ended) leaves with nothing recorded, as one refused at admission does; one whose
+        client left is recorded as ``ClientGone``, as when it leaves while the engine samples
+        (POSTRUN counts it in ``calls_aborted``, not as a call the service lost)."""
         try:
             call.policy_version = self.control.wait_out(call.lease.call_id, self.inflight.expiry,
                                                         self.settings.upstream_timeout_seconds,
                                                         still_wanted=lambda: self.check_key(key),
                                                         gone=lambda: has_left(call.client))
+        except ClientGone as err:  # kept as the engine-call watch keeps it: an aborted call, not a lost one
+            self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started, entered=False)
+            raise
         except ProxyError:
             self._release(call.lease, [], entered=False)
             raise
@@ -244,13 +248,14 @@ class Gateway:
         control = self.stores.proxy_control.exit_commands(lease.call_id) if entered else []
         return [*record_commands, *self.stores.sessions.end_call_commands(lease.session_id, lease.call_id), *control]
 
-    def fail(self, lease: Lease, seq: int, provider: str, err: ProxyError, original: Any, started: float) -> None:
+    def fail(self, lease: Lease, seq: int, provider: str, err: ProxyError, original: Any, started: float,
+             entered: bool = True) -> None:
         """Release the call and keep the failure for diagnosis (never as a completion)."""
         sid = lease.session_id
         self._release(lease, self.stores.records.append_error_commands(sid, build_error_record(
             session_id=sid, seq=seq, provider=provider, status=err.status, error_type=type(err).__name__,
             message=err.message, original=original if isinstance(original, dict) else {},
-            started_at=started, finished_at=time.time())))
+            started_at=started, finished_at=time.time())), entered=entered)
         self.metrics.written("error")
 
     def abandon(self, lease: Lease) -> None:

@@ -420,7 +420,8 @@ def test_a_stream_parked_by_a_pause_whose_client_leaves_stops_counting_at_once(f
     """An agent killed (deadline, cancel) while its streamed call waits out a weight-sync pause:
     the parked call leaves its session's calls in flight when its client goes, not at the
     resume -- POSTRUN's drain waited for it (inflight_drain_seconds) and the trajectory said a
-    call was left out. Nothing is recorded: nothing was sampled."""
+    call was left out. It is kept as an aborted call (ClientGone), as one whose client leaves
+    while the engine samples: not a call the service lost (calls_unrecorded)."""
     import socket
 
     import redis
@@ -443,6 +444,7 @@ def test_a_stream_parked_by_a_pause_whose_client_leaves_stops_counting_at_once(f
         # Within a second, well before the parked wait's own bound (upstream_timeout_seconds, 3 s here).
         wait_for(lambda: r.zcard(calls) == 0, timeout=1.5, interval=0.05)
         assert admin.get(f"{proxy}/admin/status").json()["paused"]
-        assert records(fake_stack.settings.redis_url, key) == ([], [])
+        done, errors = records(fake_stack.settings.redis_url, key)
+        assert not done and [(e["status_code"], e["error_type"]) for e in errors] == [(499, "ClientGone")]
     finally:
         admin.post(f"{proxy}/admin/resume", json={"holder": "parked-client-test"})
