@@ -189,8 +189,8 @@ def task_result_paths(tid: str) -> str:
 PROXY_PAUSED = f"{PREFIX}:proxy:paused"
 PROXY_PAUSE_HOLDERS = f"{PREFIX}:proxy:pause-holders"  # hash: holder id -> lease expiry (Redis ms)
 # Hash: how long inference has been paused in all (``total``, Redis ms) and the pause going on
-# (``since``: its start, 0 when none; ``until``: its latest lease). RUN reads it to give its agent
-# back the time it spent parked: a weight update is not charged to a session's budget.
+# (``since``: its start, 0 when none; ``until``: its latest lease). RUN credits an agent the time
+# its calls waited out pauses, never more than this clock grew meanwhile.
 PROXY_PAUSE_CLOCK = f"{PREFIX}:proxy:pause-clock"
 PROXY_CALLS = f"{PREFIX}:proxy:calls"  # zset: upstream calls in progress, all proxies (score = lease expiry)
 PROXY_POLICY_VERSION = f"{PREFIX}:proxy:policy-version"  # stamped on every record

@@ -42,7 +42,8 @@ class Control:
         return self._flag
 
     def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float,
-                still_wanted: Callable[[], Any] = lambda: None, park: bool = False) -> str | None:
+                still_wanted: Callable[[], Any] = lambda: None, park: bool = False,
+                parked: Callable[[bool], None] = lambda on: None) -> str | None:
         """The policy version for a call that entered (``replies`` of the store's enter
         commands); while paused, the call steps out and waits holding no lease (so a pause
         taken meanwhile drains) -- or, with ``park``, steps out and returns ``PARKED`` at once,
@@ -53,18 +54,29 @@ class Control:
         self.store.exit(call_id)
         if park:
             return PARKED
-        return self.wait_out(call_id, lease, max_wait, still_wanted)
+        return self.wait_out(call_id, lease, max_wait, still_wanted, parked=parked)
 
     def wait_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
                  still_wanted: Callable[[], Any] = lambda: None,
-                 gone: Callable[[], bool] = lambda: False) -> str | None:
+                 gone: Callable[[], bool] = lambda: False,
+                 parked: Callable[[bool], None] = lambda on: None) -> str | None:
         """Wait, holding no lease, until the pause clears, then enter again; the enter re-reads
         the flag after its lease is in, so a pause that lands in between is either seen by the
         call or counts the call. After a wait, ``still_wanted()`` raises when the call's session
         ended meanwhile (its budget ran out while it was parked). ``gone()``, asked at every
         poll, says the caller closed its connection (an agent killed at its deadline or
         cancelled while its call was parked): the call leaves at once, so it stops counting in
-        its session's calls in flight (POSTRUN's drain waited for it until the resume)."""
+        its session's calls in flight (POSTRUN's drain waited for it until the resume).
+        ``parked(True)`` before the wait and ``parked(False)`` after it mark the time the call's
+        session spends held up (not charged to its agent)."""
+        parked(True)
+        try:
+            return self._wait(call_id, lease, max_wait, still_wanted, gone)
+        finally:
+            parked(False)
+
+    def _wait(self, call_id: str, lease: Callable[[], float], max_wait: float, still_wanted: Callable[[], Any],
+              gone: Callable[[], bool]) -> str | None:
         parked = time.monotonic()
         deadline = parked + max_wait
         while True:

@@ -7,6 +7,7 @@ record). With ``app``/``calls`` the only modules that do I/O; Redis is reached t
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
@@ -34,6 +35,7 @@ from proxy.upstream import UpstreamTransport
 from proxy.upstream.base import id_list, tokenize_body
 
 CHAT_PATH = "/v1/chat/completions"
+log = logging.getLogger("polar.proxy")
 T = TypeVar("T")
 REDIS_AWAY = (OSError, redis.ConnectionError, redis.TimeoutError)  # refused, reset, timed out, unreachable
 
@@ -157,7 +159,7 @@ class Gateway:
             return lease, seq, self.control.entered(enter, lease.call_id, self.inflight.expiry,
                                                     self.settings.upstream_timeout_seconds,
                                                     still_wanted=lambda: self.check_key(admission.key),
-                                                    park=park), token_in
+                                                    park=park, parked=lambda on: self._parked(sid, on)), token_in
         except ProxyError as err:
             self._release(lease, [], entered=False)
             raise err
@@ -180,7 +182,8 @@ class Gateway:
             call.policy_version = self.control.wait_out(call.lease.call_id, self.inflight.expiry,
                                                         self.settings.upstream_timeout_seconds,
                                                         still_wanted=lambda: self.check_key(key),
-                                                        gone=lambda: has_left(call.client))
+                                                        gone=lambda: has_left(call.client),
+                                                        parked=lambda on: self._parked(call.lease.session_id, on))
         except ClientGone as err:  # kept as the engine-call watch keeps it: an aborted call, not a lost one
             self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started, entered=False)
             raise
@@ -190,6 +193,15 @@ class Gateway:
         except BaseException:
             self.abandon(call.lease)
             raise
+
+    def _parked(self, sid: str, on: bool) -> None:
+        """Mark the session held up by a pause (or no longer): best effort -- a mark that cannot be
+        written costs the agent that time, and RUN never credits more than the pause lasted."""
+        try:
+            self.stores.sessions.park(sid, on)
+        except (OSError, redis.RedisError) as exc:
+            log.warning("session %s: could not mark a call %s a weight-sync pause: %s", sid,
+                        "waiting out" if on else "done waiting out", exc)
 
     def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
         """A sampled turn whose record could not be written (Redis away): written once Redis is

@@ -91,8 +91,8 @@ class SessionTiming(BaseModel):
     evaluate_started_at: float | None = None
     evaluate_ended_at: float | None = None
     finished_at: float | None = None
-    # Seconds of RUN during which inference was paused for weight sync: not charged to the
-    # session's budget (workers/stages/run_clock.py); absent when there was none.
+    # Seconds of RUN the agent's model calls spent waiting out weight-sync pauses: not charged to
+    # the session's budget (workers/stages/run_clock.py); absent when there was none.
     run_paused_seconds: float | None = None
 
     @staticmethod

@@ -126,6 +126,27 @@ end
 return {-1, st, ''}
 """)
 
+# KEYS[1] session hash. ARGV[1] +1 (a call of the session starts waiting out a weight-sync pause)
+# or -1 (it stops). While any waits, ``parked_since`` holds when the first began; when the last
+# stops, the span is added to ``parked_seconds``: how long the session's agent was held up by
+# pauses, which RUN gives back to its budget. Nothing for a session that is gone. Returns the count.
+SESSION_PARK = Lua("session_park", """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local n = redis.call('HINCRBY', KEYS[1], 'parked', ARGV[1])
+if n == 1 and tonumber(ARGV[1]) > 0 then
+  redis.call('HSET', KEYS[1], 'parked_since', string.format('%.6f', t))
+elseif n <= 0 then
+  local since = tonumber(redis.call('HGET', KEYS[1], 'parked_since') or '0')
+  if since > 0 and t > since then redis.call('HINCRBYFLOAT', KEYS[1], 'parked_seconds', t - since) end
+  redis.call('HDEL', KEYS[1], 'parked_since')
+  redis.call('HSET', KEYS[1], 'parked', '0')
+  n = 0
+end
+return n
+""")
+
 # --- stage leases ----------------------------------------------------------------------------
 
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset. ARGV: member, token,

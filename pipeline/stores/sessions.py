@@ -53,6 +53,11 @@ class F(str, Enum):
     EVAL_RUNTIME_ERROR = "eval_runtime_error"  # why it could not be made ready
     TOKEN_IN = "token_in"  # agent.token_in when not off: read by the proxy as it admits a call
     GRADE = "grade"  # EVALUATE's grade (JSON), committed before the runtimes are torn down (first wins)
+    # Calls of the session waiting out a weight-sync pause now, since when, and the seconds spent
+    # so in all (lua.SESSION_PARK): time RUN does not charge to the agent.
+    PARKED = "parked"
+    PARKED_SINCE = "parked_since"
+    PARKED_SECONDS = "parked_seconds"
 
 
 def started_field(stage: Stage) -> str:
@@ -97,6 +102,7 @@ class SessionStore:
         self._r = r
         self._ttl = ttl_seconds
         self._transition = lua.bind(r, lua.SESSION_TRANSITION)
+        self._park = lua.bind(r, lua.SESSION_PARK)
 
     # --- creation and reads ------------------------------------------------------------------
 
@@ -222,6 +228,20 @@ class SessionStore:
 
     def cancel_requested(self, session_id: str) -> bool:
         return self._r.hget(keys.session(session_id), F.CANCEL.value) == b"1"
+
+    def park(self, session_id: str, parked: bool) -> None:
+        """One of the session's calls starts (``parked``) or stops waiting out a weight-sync pause."""
+        self._park(keys=[keys.session(session_id)], args=[1 if parked else -1])
+
+    def run_poll(self, session_id: str) -> tuple[bool, float]:
+        """What RUN polls while the agent runs, in one read: whether a cancel was requested, and
+        the seconds the session's calls have spent waiting out pauses (the wait going on included)."""
+        cancel, since, total = self._r.hmget(keys.session(session_id),
+                                             [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value])
+        parked = float(total or 0)
+        if since:
+            parked += max(0.0, time.time() - float(since))
+        return cancel == b"1", parked
 
     # --- stage markers (the redelivery guard, workers/stages/common.py) ---------------------
 

@@ -45,3 +45,29 @@ def test_a_pause_that_lapses_unseen_counts_to_its_last_lease_not_to_the_next_rea
     time.sleep(0.2)
     store.release_pause("next", force=True)
     assert 0.5 <= store.paused_seconds() <= 0.5 + SLACK
+
+
+def test_a_sessions_waits_count_once_however_many_of_its_calls_wait_and_only_for_a_session_that_exists(r):
+    from pipeline.schemas import SessionSpec, TaskRequest
+    from pipeline.stores.sessions import SessionStore
+
+    store = SessionStore(r)
+    spec = SessionSpec.expand(TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}}))[0]
+    store.register(spec)
+    sid = spec.session_id
+    assert store.run_poll(sid) == (False, 0.0)
+    store.park(sid, True)
+    time.sleep(0.2)
+    store.park(sid, True)  # a sub-agent's call waits too: the same span
+    time.sleep(0.2)
+    assert 0.4 <= store.run_poll(sid)[1] <= 0.4 + SLACK  # the wait going on counts
+    store.park(sid, False)
+    time.sleep(0.1)
+    store.park(sid, False)
+    done = store.run_poll(sid)[1]
+    assert 0.5 <= done <= 0.5 + SLACK
+    store.park(sid, False)  # one too many (a mark written twice): no negative count, nothing added
+    time.sleep(0.1)
+    assert store.run_poll(sid)[1] == done
+    store.park("sess-gone", True)
+    assert not r.exists(keys.session("sess-gone"))

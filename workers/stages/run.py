@@ -59,7 +59,8 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: flo
     calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
     stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
     # The limit is kept here, not by the runtime: time paused for weight sync moves it.
-    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, lambda fields: d.stores.sessions.set(sid, **fields),
+    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid)[1],
+                     lambda fields: d.stores.sessions.set(sid, **fields),
                      {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until})
     try:
         res = runtime.exec(
@@ -124,7 +125,8 @@ def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
 def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], clock: RunClock):
     """Polled by the runtime while the agent runs: the stage lease was lost, the agent's time is
     up (``clock``), a cancel was requested (read from Redis at most every ``cancel_poll_seconds``,
-    with the pause clock), or the disk is running full (its reason goes into ``stopped``)."""
+    with the time the session's calls waited out pauses), or the disk is running full (its
+    reason goes into ``stopped``)."""
     next_read = [time.monotonic() + d.settings.cancel_poll_seconds]  # the stage's start just read it
     watched = (d.settings.home, d.settings.runtime_root)
 
@@ -135,13 +137,14 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], cloc
         if now < next_read[0]:
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
-        clock.observe()
         short = disk_shortfall(watched, d.settings.min_free_disk_mb)
         if short:
             log.error("run %s: %s", sid, short)
             stopped.append(short)
             return True
-        return d.stores.sessions.cancel_requested(sid)
+        cancel, parked = d.stores.sessions.run_poll(sid)
+        clock.observe(parked)
+        return cancel
 
     return should_cancel
 

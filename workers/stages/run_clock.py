@@ -1,11 +1,14 @@
-"""The agent's time limit in RUN, less the time inference spent paused for weight sync.
+"""The agent's time limit in RUN, less the time its model calls waited out weight-sync pauses.
 
-While a trainer holds the proxy paused, the agent's model calls wait and it can do nothing; a
-45 s weight update every step would otherwise cut sessions short at random, by when the
-trainer synced rather than by what the agent did. So RUN reads the proxy's pause clock
-(``ProxyControlStore.paused_seconds``) as it polls for cancels, and every second paused while
-the agent ran moves its end -- and the session's ``deadline`` and ``calls_until``, which the
-proxy reads to admit calls -- that much later. ``run_paused_seconds`` records the credit.
+While a trainer holds the proxy paused, an agent whose call waits can do nothing; a 45 s weight
+update every step would otherwise cut sessions short at random, by when the trainer synced
+rather than by what the agent did. So RUN reads, with its cancel polls, how long the session's
+calls have waited out pauses (``SessionStore.run_poll``, kept by the proxy) and moves the agent's
+end -- and the session's ``deadline`` and ``calls_until``, which the proxy reads to admit calls --
+that much later. Only time spent waiting counts (an agent running its tests through a pause is
+not held up), and never more than the proxy's pause clock says inference was paused meanwhile
+(``ProxyControlStore.paused_seconds``): a mark a killed proxy left cannot grow the credit.
+``run_paused_seconds`` records it.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ WRITE_STEP_SECONDS = 0.2
 
 
 class RunClock:
-    def __init__(self, limit: float, paused_seconds: Callable[[], float],
+    def __init__(self, limit: float, paused_seconds: Callable[[], float], parked_seconds: float,
                  write: Callable[[dict[str, Any]], None], fields: dict[str, float | None]) -> None:
-        """``limit``: seconds the agent may run; ``fields``: the session's deadline fields
-        (``F.DEADLINE``, ``F.CALLS_UNTIL``) as they stand, None when unset."""
+        """``limit``: seconds the agent may run; ``paused_seconds``: reads the proxy's pause
+        clock; ``parked_seconds``: the session's waited time as RUN starts; ``fields``: the
+        session's deadline fields (``F.DEADLINE``, ``F.CALLS_UNTIL``) as they stand, None when unset."""
         self.limit = limit
         self._paused_seconds, self._write = paused_seconds, write
         self._fields = {name: value for name, value in fields.items() if value is not None}
-        self._base = paused_seconds()
+        self._base, self._parked_base = paused_seconds(), parked_seconds
         self._started = time.monotonic()
         self.credit = self._written = 0.0
         self.over = False
@@ -36,9 +40,13 @@ class RunClock:
         self.over = self.over or time.monotonic() - self._started >= self.limit + self.credit
         return self.over
 
-    def observe(self) -> None:
-        """Read the pause clock (with the cancel poll) and extend the session by what it grew."""
-        credit = self._paused_seconds() - self._base
+    def observe(self, parked_seconds: float) -> None:
+        """Given the session's waited time (read with the cancel poll), extend the session by
+        what it grew, as far as the pause clock grew too."""
+        waited = parked_seconds - self._parked_base
+        if waited <= self.credit:  # (the usual case: nothing waited; the pause clock is not read)
+            return
+        credit = min(waited, self._paused_seconds() - self._base)
         if credit <= self.credit:  # (a Redis that lost the clock reads lower: a credit is never taken back)
             return
         self.credit = credit
