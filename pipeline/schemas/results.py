@@ -93,7 +93,8 @@ class SessionTiming(BaseModel):
     finished_at: float | None = None
     # Seconds of RUN the agent's model calls spent waiting out weight-sync pauses: not charged to
     # the session's budget (workers/stages/run_clock.py); absent when there was none.
-    run_paused_seconds: float | None = None
+    # (Left out of a dump while None: blobs of sessions without a pause stay as they were.)
+    run_paused_seconds: float | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float | None:
