@@ -9,10 +9,13 @@ version only when the weights were loaded.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import httpx
+
+log = logging.getLogger("polar.weight_sync")
 
 ADMIN_HEADER = "x-polar-admin-token"
 
@@ -91,24 +94,33 @@ class ProxyAdmin:
         ``load`` returned; ``lease_seconds`` must outlast it). Raises ``SwapRefused`` when nothing
         was loaded or the resume was refused."""
         hold = self.pause(drain_seconds=drain_seconds, lease_seconds=lease_seconds)
-        version: str | int | None = None
         try:
             if not hold.drained:
                 raise SwapRefused(409, f"{hold.inflight} call(s) still in flight after {drain_seconds:g} s: the "
                                   "weights were not loaded (pause released, version unchanged)", "not_drained")
             load()
-            version = next_version
-        finally:
-            try:
-                resumed = self.resume(holder=hold.holder, policy_version=version)
-            except WeightSyncError as exc:
-                if version is None:
-                    raise SwapRefused(exc.status, f"resume refused: {exc}", exc.code) from exc
-                if exc.status == 409:  # the version refused: still give the hold back
-                    self.resume(holder=hold.holder)
-                raise SwapRefused(exc.status, f"the weights were loaded but the proxy refused version {version} "
-                                  f"(it stamps the old one; the hold was given back): {exc}", exc.code) from exc
+        except BaseException:  # nothing loaded (or half of it): give the hold back, keep the error going on
+            self._give_back(hold.holder)
+            raise
+        try:
+            resumed = self.resume(holder=hold.holder, policy_version=next_version)
+        except WeightSyncError as exc:
+            # The version refused (409), the proxy failing (5xx) or not answering: the hold goes back
+            # all the same (a lapsing lease would end it only minutes later, under the old version too).
+            self._give_back(hold.holder)
+            why = ("the proxy could not be asked to stamp it" if exc.status == 0 or exc.status >= 500
+                   else "the proxy refused it")
+            raise SwapRefused(exc.status, f"the weights were loaded but version {next_version} is not stamped: "
+                              f"{why} (it stamps the old one; the hold was given back): {exc}", exc.code) from exc
         return {"drained": hold.drained, "policy_version": resumed.get("policy_version")}
+
+    def _give_back(self, holder: str) -> None:
+        """End ``holder``'s hold under the version the proxy stamps; best effort (its lease ends
+        it anyway), never raised over the error that ended the swap."""
+        try:
+            self.resume(holder=holder)
+        except WeightSyncError as exc:
+            log.warning("could not give weight-sync hold %s back (its lease ends it): %s", holder, exc)
 
     def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
