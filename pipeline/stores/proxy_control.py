@@ -109,10 +109,13 @@ class ProxyControlStore:
         """How long inference has been paused for weight sync in all, the pause going on
         included (to this moment, or to its last lease if it lapsed unseen): grows only while
         paused, so two reads bound the pause time between them."""
-        total, since, until = self._r.hmget(keys.PROXY_PAUSE_CLOCK, "total", "since", "until")
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(keys.PROXY_PAUSE_CLOCK, "total", "since", "until")
+        pipe.time()  # the clock's marks are Redis TIME: the worker's clock would add its skew
+        (total, since, until), (sec, usec) = pipe.execute()
         ms = float(total or 0)
         if since and int(since):
-            ms += max(0.0, min(time.time() * 1000, int(until or 0)) - int(since))
+            ms += max(0.0, min(sec * 1000 + usec / 1000, int(until or 0)) - int(since))
         return ms / 1000
 
     def exit(self, call_id: str) -> None:

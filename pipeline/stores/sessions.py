@@ -236,11 +236,13 @@ class SessionStore:
     def run_poll(self, session_id: str) -> tuple[bool, float]:
         """What RUN polls while the agent runs, in one read: whether a cancel was requested, and
         the seconds the session's calls have spent waiting out pauses (the wait going on included)."""
-        cancel, since, total = self._r.hmget(keys.session(session_id),
-                                             [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value])
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(keys.session(session_id), [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value])
+        pipe.time()  # the marks are Redis TIME: the worker's clock would add its skew to every wait
+        (cancel, since, total), (sec, usec) = pipe.execute()
         parked = float(total or 0)
         if since:
-            parked += max(0.0, time.time() - float(since))
+            parked += max(0.0, sec + usec / 1e6 - float(since))
         return cancel == b"1", parked
 
     # --- stage markers (the redelivery guard, workers/stages/common.py) ---------------------
