@@ -80,29 +80,33 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     n = int(getattr(args, "n_samples_per_prompt", 1))
     version = str(getattr(args, "policy_version", None) or rollout_id)
     prompt_groups = data_source.get_samples(int(getattr(args, "rollout_batch_size", 1)))
-    submitted = [client.submit(task_for(template, g, rollout_id, n, version)) for g in prompt_groups]
-    timeout = float(getattr(args, "polar_timeout", 3600))
-    sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", None)
-    samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
-    deadline = time.monotonic() + timeout  # for the whole rollout, not for each of its tasks
-    for index, (prompt_group, task_id) in enumerate(zip(prompt_groups, submitted)):
-        try:
+    submitted: list[str] = []
+    index = 0
+    try:  # a rollout given up (a timeout, Ctrl-C, a group that cannot be made samples, a refused
+        # submission) cancels what it submitted and no longer waits for: nothing of it goes on sampling
+        for g in prompt_groups:  # (one at a time: a submission refused midway cancels those before it)
+            submitted.append(client.submit(task_for(template, g, rollout_id, n, version)))
+        timeout = float(getattr(args, "polar_timeout", 3600))
+        sample_cls, reward_key = _sample_class(), getattr(args, "polar_reward_key", None)
+        samples, metrics = [], {"groups": len(submitted), "sessions": 0, "usable": 0, "reward_sum": 0.0}
+        deadline = time.monotonic() + timeout  # for the whole rollout, not for each of its tasks
+        for index, (prompt_group, task_id) in enumerate(zip(prompt_groups, submitted)):
             status = client.wait(task_id, timeout=max(0.0, deadline - time.monotonic()), poll_seconds=1.0)
-        except BaseException:  # a timeout, Ctrl-C: the rollout is given up, so nothing of it goes on sampling
-            _cancel(client, submitted[index:])
-            raise
-        # the index slime's data source gave the group (unique across rollouts); else its place here
-        given = getattr(prompt_group[0], "group_index", None)
-        group = groups.Group(task_id, status.results, n)
-        adv = groups.advantages(group)
-        ordered = sorted(status.results, key=lambda r: r.sample_index)
-        # The group's sessions that train nothing are at its usable mean: slime's baseline is theirs
-        fill = groups.neutral_reward(status.results)
-        samples.append([slime.to_sample(r, group_index=index if given is None else given, reward_key=reward_key, advantage=adv,
-                                        sample_cls=sample_cls, fill_reward=fill) for r in ordered])
-        metrics["sessions"] += len(status.results)
-        metrics["usable"] += int(group.stats["usable"])
-        metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())
+            # the index slime's data source gave the group (unique across rollouts); else its place here
+            given = getattr(prompt_group[0], "group_index", None)
+            group = groups.Group(task_id, status.results, n)
+            adv = groups.advantages(group)
+            ordered = sorted(status.results, key=lambda r: r.sample_index)
+            # The group's sessions that train nothing are at its usable mean: slime's baseline is theirs
+            fill = groups.neutral_reward(status.results)
+            samples.append([slime.to_sample(r, group_index=index if given is None else given, reward_key=reward_key,
+                                            advantage=adv, sample_cls=sample_cls, fill_reward=fill) for r in ordered])
+            metrics["sessions"] += len(status.results)
+            metrics["usable"] += int(group.stats["usable"])
+            metrics["reward_sum"] += sum(r.reward or 0.0 for r in group.usable())
+    except BaseException:
+        _cancel(client, submitted[index:])
+        raise
     metrics["reward_mean"] = metrics["reward_sum"] / metrics["usable"] if metrics["usable"] else 0.0
     return _output(samples, metrics)
 
