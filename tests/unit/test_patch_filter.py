@@ -312,3 +312,17 @@ def test_a_hunk_header_with_absurd_counts_drops_its_section_not_the_whole_patch(
     huge = EDIT.replace(b"@@ -1,2 +1,2 @@", b"@@ -1," + b"9" * 5000 + b" +1,2 @@").replace(b"calc.py", b"other.py")
     kept = filter_patch(huge + EDIT, ())
     assert kept.files == ["calc.py"] and len(kept.dropped) == 1 and "other.py" in kept.dropped[0]["path"]
+
+
+@pytest.mark.parametrize("mode_line", [b"index 0000000..4444444\t120000\n", b"index 0000000..4444444 \t 120000\n",
+                                       b"new file mode \t120000\n", b"new file mode \x0b120000\n",
+                                       b"new mode  120000\n"])
+def test_a_symlink_whose_mode_follows_other_whitespace_counts_as_one(mode_line):
+    """patch(1) skips any whitespace before a mode (a tab, a vertical tab, several), on an index
+    line too: 'index 0000000..4444444<TAB>120000' made a symlink the filter did not count, git
+    apply and --reject failed on the file beneath it, and patch --fuzz wrote that file through
+    the link -- into an excluded folder (probe)."""
+    link = (b"diff --git a/lnk b/lnk\n" + mode_line + b"--- /dev/null\n+++ b/lnk\n"
+            b"@@ -0,0 +1 @@\n+tests\n\\ No newline at end of file\n")
+    kept = filter_patch(link + new_file("lnk/conftest.py", "import os"), (*NOISE, "tests"))
+    assert "lnk/conftest.py" not in kept.files, kept

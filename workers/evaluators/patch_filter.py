@@ -33,8 +33,9 @@ _PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
 _HUNK = re.compile(rb"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")  # (longer: no file has them)
 _SYMLINK_MODE = 0o120000
 _GIT_MODES = (b"100644", b"100755", b"120000", b"160000")  # a file, an executable, a symlink, a submodule
-# A mode as git apply reads one (an octal number up to a space) or patch(1) (on an index line too)
-_MODE = re.compile(rb"(?:new file mode|new mode|index [^ ]*) +([0-7]{1,12})")
+# A mode as git apply reads one (an octal number up to a space) or patch(1) (on an index line too),
+# after any whitespace: both skip tabs, vertical tabs, form feeds as well as spaces before it
+_MODE = re.compile(rb"(?:new file mode|new mode|index \S*)\s+([0-7]{1,12})")
 _BINARY_LINE = re.compile(rb"(?:literal|delta) \d+|[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+|")
 _PATH_MAX = 4096  # Linux's: git cannot write a longer path from a work tree
 _ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
