@@ -9,7 +9,11 @@ version only when the weights were loaded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import secrets
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,6 +22,10 @@ import httpx
 log = logging.getLogger("polar.weight_sync")
 
 ADMIN_HEADER = "x-polar-admin-token"
+
+
+def new_holder() -> str:
+    return f"trainer-{secrets.token_hex(8)}"
 
 
 class WeightSyncError(Exception):
@@ -47,6 +55,8 @@ class ProxyAdmin:
                  transport: httpx.BaseTransport | None = None) -> None:
         self._http = httpx.Client(base_url=proxy_url.rstrip("/"), headers={ADMIN_HEADER: admin_token or ""},
                                   timeout=timeout, transport=transport)
+        url = self._http.base_url
+        self._shown_url = str(url.copy_with(username=None, password=None)) if url.userinfo else str(url)
 
     def close(self) -> None:
         self._http.close()
@@ -63,9 +73,9 @@ class ProxyAdmin:
     def pause(self, *, holder: str | None = None, drain_seconds: float = 60.0, lease_seconds: float = 600.0) -> Hold:
         """Hold the pause (again, with the same ``holder``: renew it) and wait up to
         ``drain_seconds`` for the calls in flight to end."""
-        params: dict[str, Any] = {"timeout_seconds": drain_seconds, "lease_seconds": lease_seconds}
-        if holder:
-            params["holder"] = holder
+        # A holder of our own making when none is given: a pause whose answer was lost (a timeout
+        # after the proxy took it) can still be given back by name.
+        params = {"timeout_seconds": drain_seconds, "lease_seconds": lease_seconds, "holder": holder or new_holder()}
         body = self._call("POST", "/admin/pause", params=params, timeout=drain_seconds + 30)
         return Hold(str(body["holder"]), bool(body.get("drained")), int(body.get("inflight") or 0),
                     body.get("lease_expires_at"))
@@ -93,14 +103,16 @@ class ProxyAdmin:
         out loads nothing; the hold is given back whatever happens (the version moves only when
         ``load`` returned; ``lease_seconds`` must outlast it). Raises ``SwapRefused`` when nothing
         was loaded or the resume was refused."""
-        hold = self.pause(drain_seconds=drain_seconds, lease_seconds=lease_seconds)
+        holder = new_holder()
         try:
+            hold = self.pause(holder=holder, drain_seconds=drain_seconds, lease_seconds=lease_seconds)
             if not hold.drained:
                 raise SwapRefused(409, f"{hold.inflight} call(s) still in flight after {drain_seconds:g} s: the "
                                   "weights were not loaded (pause released, version unchanged)", "not_drained")
-            load()
+            with self._renewing(holder, lease_seconds):  # a load longer than the lease keeps the hold
+                load()
         except BaseException:  # nothing loaded (or half of it): give the hold back, keep the error going on
-            self._give_back(hold.holder)
+            self._give_back(holder)
             raise
         try:
             resumed = self.resume(holder=hold.holder, policy_version=next_version)
@@ -114,6 +126,27 @@ class ProxyAdmin:
                               f"{why} (it stamps the old one; the hold was given back): {exc}", exc.code) from exc
         return {"drained": hold.drained, "policy_version": resumed.get("policy_version")}
 
+    @contextlib.contextmanager
+    def _renewing(self, holder: str, lease_seconds: float) -> Iterator[None]:
+        """Renew ``holder``'s hold every third of its lease while the body runs: inference must not
+        resume on half-loaded weights because loading outlasted the lease."""
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(lease_seconds / 3):
+                try:
+                    self.pause(holder=holder, drain_seconds=0, lease_seconds=lease_seconds)
+                except WeightSyncError as exc:  # tried again a third of a lease later
+                    log.warning("could not renew weight-sync hold %s: %s", holder, exc)
+
+        thread = threading.Thread(target=renew, name=f"polar-hold-{holder}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
     def _give_back(self, holder: str) -> None:
         """End ``holder``'s hold under the version the proxy stamps; best effort (its lease ends
         it anyway), never raised over the error that ended the swap."""
@@ -126,7 +159,7 @@ class ProxyAdmin:
         try:
             resp = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise WeightSyncError(0, f"cannot reach the proxy at {self._http.base_url} ({type(exc).__name__}: {exc})") from exc
+            raise WeightSyncError(0, f"cannot reach the proxy at {self._shown_url} ({type(exc).__name__}: {exc})") from exc
         try:
             body = resp.json()
         except ValueError:
