@@ -207,7 +207,8 @@ class ResultsStream:
     def beat(self, group: str, consumer: str, ttl_ms: int) -> None:
         """Say that ``consumer``'s iterator is alive for ``ttl_ms`` (``claim_stale`` of other
         consumers leaves its entries alone meanwhile)."""
-        self._r.set(keys.results_alive(group, consumer), b"1", px=max(1, int(ttl_ms)))
+        # (at least three beats long: the iterator beats every claim_idle_ms / 3, and 50 ms at the least)
+        self._r.set(keys.results_alive(group, consumer), b"1", px=max(150, int(ttl_ms)))
 
     def stop_beating(self, group: str, consumer: str) -> None:
         self._r.delete(keys.results_alive(group, consumer))

@@ -83,8 +83,17 @@ def neutral_reward(results: list[SessionResult], include_timeouts: bool = False)
     baseline the usable sessions' own (exact for a mean-only baseline, Dr. GRPO's); the spread
     GRPO divides by still counts them, at zero distance, so its advantages grow by
     sqrt((n - 1) / (usable - 1)), their signs and order exact."""
-    rewards = [float(r.reward) for r in results if usable(r, include_timeouts) and r.reward is not None]
+    rewards = [_row_reward(r) for r in results if usable(r, include_timeouts)]
     return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def _row_reward(result: SessionResult) -> float:
+    """What a usable session's row is handed: its main trace's ``training_reward`` (a filter's
+    per-trace reward where one was set), the session's where it has no one sequence."""
+    try:
+        return training_reward(result, main_trace(result))
+    except NoSingleSequence:
+        return float(result.reward or 0.0)
 
 
 class NoSingleSequence(ValueError):

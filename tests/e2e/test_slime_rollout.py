@@ -85,3 +85,8 @@ def test_a_rollout_that_times_out_cancels_what_it_submitted(stack, tmp_path, mon
     client = RolloutClient(stack.settings.api_url, api_token=stack.settings.secret("api_token"))
     for task_id in submitted:
         assert client.wait(task_id, timeout=120).status == TaskState.CANCELLED
+    # Any error gives the rollout up: a prompt that makes no task, after one was submitted.
+    submitted.clear()
+    with pytest.raises(ValueError, match="instruction"):
+        generate_rollout(args, rollout_id=10, data_source=DataSource(["a", 42]))
+    assert len(submitted) == 1 and client.wait(submitted[0], timeout=120).status == TaskState.CANCELLED

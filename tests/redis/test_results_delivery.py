@@ -380,3 +380,11 @@ def test_touch_keeps_ten_thousand_held_entries(r):
     stream.ensure_group("g")
     held = [e.entry_id for e in stream.read("g", "c", pending=False, count=10_000, block_ms=None)]
     assert len(held) == 10_000 and stream.touch("g", "c", held) == 10_000
+
+
+def test_a_beat_outlives_the_beats_between_it_and_the_next(r):
+    """An iterator beats every claim_idle_ms / 3, and every 50 ms at the fastest: a beat set for a
+    claim_idle_ms under that lapsed between beats, and other consumers claimed from a live one."""
+    stream = ResultsStream(r)
+    stream.beat("g", "fast", 10)
+    assert r.pttl(keys.results_alive("g", "fast")) > 100

@@ -51,3 +51,13 @@ def test_the_limit_expires_only_after_the_credit():
     assert not clock.expired() and not clock.over
     time.sleep(0.3)
     assert clock.expired() and clock.over
+
+
+def test_recording_the_credit_at_the_end_never_raises_over_the_agents_result():
+    def broken(fields):
+        raise ConnectionError("Redis went away")
+
+    clock = RunClock(60.0, iter([0.0, 5.0]).__next__, 0.0, broken, {})
+    clock.observe(0.1)  # under a step: kept for the end
+    clock.finish()
+    assert clock.credit == 0.1

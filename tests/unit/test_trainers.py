@@ -267,3 +267,12 @@ def test_every_adapter_carries_who_sampled_each_sample():
     v = verl.to_agent_loop_output(r)["extra_fields"]
     assert (s["policy_version"], s["policy_versions"]) == (v["policy_version"], v["policy_versions"]) == (3, ["3", "4"])
     assert skyrl.to_generator_output([r, merged("b", 0.0, index=1)])["policy_versions"] == [["3", "4"], ["3"]]
+
+
+def test_the_neutral_reward_is_the_mean_of_what_the_usable_rows_are_handed():
+    """A filter set the main trace's own reward (0.0 for an unparsed last call): that is the row's
+    reward, so the fill is the mean of those, not of the sessions' rewards."""
+    filtered = result("a", 1.0, traces=[trace(reward=0.0)])
+    plain = result("b", 1.0)
+    failed = result("c", 0.0, SessionStatus.ERROR)
+    assert groups.neutral_reward([filtered, plain, failed]) == 0.5

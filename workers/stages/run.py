@@ -54,14 +54,15 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: flo
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
     own = agent_timeout(state)
     limit = min(remaining, own) if own is not None else remaining
-    warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     # When the proxy stops admitting the agent's calls (wall clock, as the deadline fields it reads).
     calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
     stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
-    # The limit is kept here, not by the runtime: time paused for weight sync moves it.
+    # The limit is kept here, not by the runtime: time paused for weight sync moves it. (Made
+    # before the warm-up starts: nothing is left to clean up when Redis fails it.)
     clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid)[1],
                      lambda fields: d.stores.sessions.set(sid, **fields),
                      {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until})
+    warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     try:
         res = runtime.exec(
             cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, log_name="agent",

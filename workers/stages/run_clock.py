@@ -13,8 +13,11 @@ not held up), and never more than the proxy's pause clock says inference was pau
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
+
+log = logging.getLogger("polar.stages")
 
 # A credit this much above the last one written is written (the proxy's view of the deadline
 # lags the run's by at most this, plus a cancel poll).
@@ -56,10 +59,15 @@ class RunClock:
                          "run_paused_seconds": round(credit, 3)})
 
     def finish(self) -> None:
-        """The agent ended: record the whole credit (``observe`` writes it in steps)."""
+        """The agent ended: record the whole credit (``observe`` writes it in steps). Best effort:
+        a Redis error here must not turn the agent's own result into another (RUN's end writes
+        the same Redis a moment later, and says so if it cannot)."""
         if self.credit > self._written:
-            self._written = self.credit
-            self._write({"run_paused_seconds": round(self.credit, 3)})
+            try:
+                self._write({"run_paused_seconds": round(self.credit, 3)})
+                self._written = self.credit
+            except Exception as exc:
+                log.warning("could not record %.1f s of pause credit: %s", self.credit, exc)
 
     def calls_end(self, nominal: float) -> float:
         """``nominal`` (when the proxy stopped admitting calls, without pauses) moved by the credit."""
