@@ -132,10 +132,12 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], cloc
     watched = (d.settings.home, d.settings.runtime_root)
 
     def should_cancel() -> bool:
-        if lease.lost.is_set() or clock.expired():
+        if lease.lost.is_set() or clock.over:
             return True
         now = time.monotonic()
-        if now < next_read[0]:
+        # Read at the poll, and also as the limit is reached: a call that began waiting out a
+        # pause since the last read moves the limit (its wait is not charged to the agent).
+        if now < next_read[0] and not clock.reached():
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
         short = disk_shortfall(watched, d.settings.min_free_disk_mb)
@@ -145,7 +147,7 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], cloc
             return True
         cancel, parked = d.stores.sessions.run_poll(sid)
         clock.observe(parked)
-        return cancel
+        return clock.expired() or cancel
 
     return should_cancel
 

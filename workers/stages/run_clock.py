@@ -38,9 +38,15 @@ class RunClock:
         self.credit = self._written = 0.0
         self.over = False
 
+    def reached(self) -> bool:
+        """The agent's limit plus the credit as last read has passed (no I/O). A call that began
+        waiting out a pause since that read is not in the credit yet: read it (``observe``)
+        before ending the agent (``expired``)."""
+        return self.over or time.monotonic() - self._started >= self.limit + self.credit
+
     def expired(self) -> bool:
-        """True once the agent used its limit plus the pause credit (checked every poll, no I/O)."""
-        self.over = self.over or time.monotonic() - self._started >= self.limit + self.credit
+        """True once the agent used its limit plus the pause credit (sticky)."""
+        self.over = self.reached()
         return self.over
 
     def observe(self, parked_seconds: float) -> None:
