@@ -16,6 +16,7 @@ from pipeline.stores.proxy_control import ProxyControlStore, Release
 from proxy.errors import ClientGone, Conflict, UpstreamTimeout
 
 POLL_SECONDS = 0.05
+PARK_REFRESH_SECONDS = 1.0  # a waiting call refreshes its session's mark (sessions.PARK_STALE_SECONDS)
 # A call arriving during a pause holds a lease for one round trip before it sees the flag and
 # steps out: a resume setting a version asks again for this long before refusing over them.
 RESUME_SETTLE_SECONDS = 1.0
@@ -43,7 +44,7 @@ class Control:
 
     def entered(self, replies: list[Any], call_id: str, lease: Callable[[], float], max_wait: float,
                 still_wanted: Callable[[], Any] = lambda: None, park: bool = False,
-                parked: Callable[[bool], None] = lambda on: None) -> str | None:
+                parked: Callable[[bool | None], None] = lambda on: None) -> str | None:
         """The policy version for a call that entered (``replies`` of the store's enter
         commands); while paused, the call steps out and waits holding no lease (so a pause
         taken meanwhile drains) -- or, with ``park``, steps out and returns ``PARKED`` at once,
@@ -59,7 +60,7 @@ class Control:
     def wait_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
                  still_wanted: Callable[[], Any] = lambda: None,
                  gone: Callable[[], bool] = lambda: False,
-                 parked: Callable[[bool], None] = lambda on: None) -> str | None:
+                 parked: Callable[[bool | None], None] = lambda on: None) -> str | None:
         """Wait, holding no lease, until the pause clears, then enter again; the enter re-reads
         the flag after its lease is in, so a pause that lands in between is either seen by the
         call or counts the call. After a wait, ``still_wanted()`` raises when the call's session
@@ -68,19 +69,25 @@ class Control:
         cancelled while its call was parked): the call leaves at once, so it stops counting in
         its session's calls in flight (POSTRUN's drain waited for it until the resume).
         ``parked(True)`` before the wait and ``parked(False)`` after it mark the time the call's
-        session spends held up (not charged to its agent)."""
+        session spends held up (not charged to its agent); ``parked(None)`` every
+        ``PARK_REFRESH_SECONDS`` meanwhile says the wait goes on (a proxy killed mid-wait stops
+        saying it, and its mark stops counting)."""
         parked(True)
         try:
-            return self._wait(call_id, lease, max_wait, still_wanted, gone)
+            return self._wait(call_id, lease, max_wait, still_wanted, gone, lambda: parked(None))
         finally:
             parked(False)
 
     def _wait(self, call_id: str, lease: Callable[[], float], max_wait: float, still_wanted: Callable[[], Any],
-              gone: Callable[[], bool]) -> str | None:
+              gone: Callable[[], bool], refresh: Callable[[], None]) -> str | None:
         parked = time.monotonic()
         deadline = parked + max_wait
+        refresh_at = parked + PARK_REFRESH_SECONDS
         while True:
             while True:
+                if time.monotonic() >= refresh_at:
+                    refresh_at = time.monotonic() + PARK_REFRESH_SECONDS
+                    refresh()
                 if time.monotonic() > deadline:
                     raise UpstreamTimeout(f"inference is paused for weight sync and did not resume in time "
                                           f"(parked {time.monotonic() - parked:.0f} s)")

@@ -194,14 +194,14 @@ class Gateway:
             self.abandon(call.lease)
             raise
 
-    def _parked(self, sid: str, on: bool) -> None:
+    def _parked(self, sid: str, on: bool | None) -> None:
         """Mark the session held up by a pause (or no longer): best effort -- a mark that cannot be
         written costs the agent that time, and RUN never credits more than the pause lasted."""
         try:
             self.stores.sessions.park(sid, on)
         except (OSError, redis.RedisError) as exc:
             log.warning("session %s: could not mark a call %s a weight-sync pause: %s", sid,
-                        "waiting out" if on else "done waiting out", exc)
+                        "waiting out" if on is not False else "done waiting out", exc)
 
     def _release_when_back(self, lease: Lease, record_commands: list[tuple[Any, ...]], away: Exception) -> None:
         """A sampled turn whose record could not be written (Redis away): written once Redis is

@@ -126,26 +126,45 @@ end
 return {-1, st, ''}
 """)
 
-# KEYS[1] session hash. ARGV[1] +1 (a call of the session starts waiting out a weight-sync pause)
-# or -1 (it stops). While any waits, ``parked_since`` holds when the first began; when the last
-# stops, the span is added to ``parked_seconds``: how long the session's agent was held up by
-# pauses, which RUN gives back to its budget. Nothing for a session that is gone. Returns the count.
+# KEYS[1] session hash. ARGV[1] +1 (a call of the session starts waiting out a weight-sync pause),
+# -1 (it stops) or 0 (it still waits: its proxy refreshes the mark), ARGV[2] how long a mark
+# nobody refreshed stays believed. While any waits, ``parked_since`` holds when the first began
+# and ``parked_seen`` when a proxy last said one waits; when the last stops, the span is added to
+# ``parked_seconds``: how long the session's agent was held up by pauses, which RUN gives back to
+# its budget. A mark not refreshed for ARGV[2] s was left by a proxy that died with its calls: its
+# span ends at the last refresh (plus ARGV[2], as ``SessionStore.run_poll`` counts it), so it does
+# not count every later pause. Nothing for a session that is gone. Returns the count.
 SESSION_PARK = Lua("session_park", """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local now = redis.call('TIME')
 local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
-local n = redis.call('HINCRBY', KEYS[1], 'parked', ARGV[1])
-if n == 1 and tonumber(ARGV[1]) > 0 then
-  redis.call('HSET', KEYS[1], 'parked_since', string.format('%.6f', t))
-elseif n <= 0 then
-  local since = tonumber(redis.call('HGET', KEYS[1], 'parked_since') or '0')
-  if since > 0 and t > since then redis.call('HINCRBYFLOAT', KEYS[1], 'parked_seconds', t - since) end
-  redis.call('HDEL', KEYS[1], 'parked_since')
+local d, stale = tonumber(ARGV[1]), tonumber(ARGV[2])
+local f = redis.call('HMGET', KEYS[1], 'parked', 'parked_since', 'parked_seen')
+local n, since, seen = tonumber(f[1] or '0') or 0, tonumber(f[2] or '0') or 0, tonumber(f[3] or '0') or 0
+local function close(at)
+  if since > 0 and at > since then redis.call('HINCRBYFLOAT', KEYS[1], 'parked_seconds', at - since) end
+  redis.call('HDEL', KEYS[1], 'parked_since', 'parked_seen')
   redis.call('HSET', KEYS[1], 'parked', '0')
-  n = 0
+  n, since = 0, 0
+end
+if n > 0 and seen > 0 and t - seen > stale then close(seen + stale) end
+if d == 0 and n > 0 then
+  redis.call('HSET', KEYS[1], 'parked_seen', string.format('%.6f', t))
+  return n
+end
+if d == 0 then d = 1 end  -- a wait whose mark was taken for a dead proxy's: a span again
+n = n + d
+if d > 0 then
+  if n == 1 then redis.call('HSET', KEYS[1], 'parked_since', string.format('%.6f', t)) end
+  redis.call('HSET', KEYS[1], 'parked', n, 'parked_seen', string.format('%.6f', t))
+elseif n <= 0 then
+  close(t)
+else
+  redis.call('HSET', KEYS[1], 'parked', n)
 end
 return n
 """)
+
 
 # --- stage leases ----------------------------------------------------------------------------
 

@@ -31,6 +31,11 @@ ACCEPTS_CALLS = (SessionStatus.INITIALIZING, SessionStatus.READY, SessionStatus.
 DONE_NOWHERE = "-"  # a stage finished without sending the session on
 
 
+# A call waiting out a pause has its proxy refresh its session's mark more often than this; a mark
+# not refreshed for longer was left by a proxy that died (``lua.SESSION_PARK``).
+PARK_STALE_SECONDS = 3.0
+
+
 class F(str, Enum):
     """Fields of the session hash besides the timing fields and the stage markers."""
 
@@ -58,6 +63,7 @@ class F(str, Enum):
     PARKED = "parked"
     PARKED_SINCE = "parked_since"
     PARKED_SECONDS = "parked_seconds"
+    PARKED_SEEN = "parked_seen"  # when a proxy last said a call of the session still waits
 
 
 def started_field(stage: Stage) -> str:
@@ -229,20 +235,27 @@ class SessionStore:
     def cancel_requested(self, session_id: str) -> bool:
         return self._r.hget(keys.session(session_id), F.CANCEL.value) == b"1"
 
-    def park(self, session_id: str, parked: bool) -> None:
-        """One of the session's calls starts (``parked``) or stops waiting out a weight-sync pause."""
-        self._park(keys=[keys.session(session_id)], args=[1 if parked else -1])
+    def park(self, session_id: str, parked: bool | None) -> None:
+        """One of the session's calls starts (``parked``), still is (None: refreshed by its proxy
+        at least every ``PARK_STALE_SECONDS``) or stops waiting out a weight-sync pause."""
+        self._park(keys=[keys.session(session_id)], args=[0 if parked is None else 1 if parked else -1,
+                                                          PARK_STALE_SECONDS])
 
     def run_poll(self, session_id: str) -> tuple[bool, float]:
         """What RUN polls while the agent runs, in one read: whether a cancel was requested, and
-        the seconds the session's calls have spent waiting out pauses (the wait going on included)."""
+        the seconds the session's calls have spent waiting out pauses (the wait going on included,
+        to its last refresh and ``PARK_STALE_SECONDS`` at most: a mark a killed proxy left stops)."""
         pipe = self._r.pipeline(transaction=False)
-        pipe.hmget(keys.session(session_id), [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value])
+        pipe.hmget(keys.session(session_id),
+                   [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value, F.PARKED_SEEN.value])
         pipe.time()  # the marks are Redis TIME: the worker's clock would add its skew to every wait
-        (cancel, since, total), (sec, usec) = pipe.execute()
+        (cancel, since, total, seen), (sec, usec) = pipe.execute()
         parked = float(total or 0)
         if since:
-            parked += max(0.0, sec + usec / 1e6 - float(since))
+            end = sec + usec / 1e6
+            if seen:
+                end = min(end, float(seen) + PARK_STALE_SECONDS)
+            parked += max(0.0, end - float(since))
         return cancel == b"1", parked
 
     # --- stage markers (the redelivery guard, workers/stages/common.py) ---------------------

@@ -71,3 +71,31 @@ def test_a_sessions_waits_count_once_however_many_of_its_calls_wait_and_only_for
     assert store.run_poll(sid)[1] == done
     store.park("sess-gone", True)
     assert not r.exists(keys.session("sess-gone"))
+
+
+def test_a_wait_mark_a_killed_proxy_left_stops_counting_and_is_closed_by_the_next_wait(r, monkeypatch):
+    """A proxy killed while a call of the session waited never ends its mark: the wait counts only
+    while a proxy keeps the mark fresh (every parked call refreshes it), so the session is not
+    credited every later pause it spends busy with its own commands; the next wait starts anew."""
+    from pipeline.schemas import SessionSpec, TaskRequest
+    from pipeline.stores import sessions as sessions_mod
+    from pipeline.stores.sessions import SessionStore
+
+    monkeypatch.setattr(sessions_mod, "PARK_STALE_SECONDS", 0.3)
+    store = SessionStore(r)
+    spec = SessionSpec.expand(TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}}))[0]
+    store.register(spec)
+    sid = spec.session_id
+    store.park(sid, True)
+    for _ in range(3):  # a live wait: its proxy refreshes the mark
+        time.sleep(0.2)
+        store.park(sid, None)
+    assert 0.6 <= store.run_poll(sid)[1] <= 0.6 + SLACK
+    time.sleep(1.0)  # ... then its proxy is killed: the mark is never ended nor refreshed
+    left = store.run_poll(sid)[1]
+    assert 0.85 <= left <= 0.9 + SLACK  # counted to the last refresh and its grace only
+    store.park(sid, True)  # a later wait (the agent's retry, or its next call): a span of its own
+    time.sleep(0.2)
+    store.park(sid, False)
+    assert 1.05 <= store.run_poll(sid)[1] <= 1.1 + SLACK
+    assert r.hget(keys.session(sid), "parked") == b"0"  # no mark left over
