@@ -246,6 +246,42 @@ def test_time_a_call_waited_out_a_weight_sync_pause_is_not_charged_to_the_agent(
             assert result.timing.run_paused_seconds is None
 
 
+def test_a_wait_that_began_since_the_last_cancel_poll_is_read_before_the_agent_is_ended(deps):
+    """The agent's call parks just before its limit, long before RUN's next cancel poll is due
+    (60 s here): RUN reads the session's wait as the limit is reached, instead of killing the
+    agent mid-pause with its wait charged to it."""
+    import threading
+    import time
+
+    d = make_deps(deps.settings.model_copy(update={"cancel_poll_seconds": 60.0}))
+    proxy = create_proxy(d.settings, transport=WSGITransport(fake_upstream.app))
+    [sid] = submit(d, num_samples=1, runtime={"backend": "local"}, agent={"custom_shell": "sleep 3.5"},
+                   evaluator={"strategy": "session_completed"}, metadata={"agent_timeout": 1.5})
+    answered: list[object] = []
+
+    def trainer() -> None:
+        while d.stores.sessions.status(sid) != SessionStatus.RUNNING:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        d.stores.proxy_control.hold_pause("trainer", 30)
+        key = d.stores.sessions.get(sid).key
+        sdk = openai.OpenAI(base_url=f"{BASE}/s/{key}/v1", api_key=key, max_retries=0,
+                            http_client=httpx2.Client(transport=httpx2.WSGITransport(app=proxy)))
+        waiting = threading.Thread(target=lambda: answered.append(_answer(sdk)))
+        waiting.start()
+        time.sleep(2.5)  # the agent's 1.5 s pass meanwhile
+        d.stores.proxy_control.release_pause("trainer")
+        waiting.join(timeout=30)
+
+    held = threading.Thread(target=trainer)
+    held.start()
+    assert run_all(d, sid) == ["done"] * 5
+    held.join()
+    result = d.stores.outputs.result(sid)
+    assert result.status == SessionStatus.COMPLETED, (result.status, result.error)
+    assert answered and isinstance(answered[0], str), answered
+
+
 def _answer(sdk) -> object:
     try:
         return sdk.chat.completions.create(model="fake", messages=MSG).choices[0].message.content
