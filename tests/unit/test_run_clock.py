@@ -28,7 +28,7 @@ def test_time_waited_moves_the_limit_and_the_deadline_fields_and_is_never_taken_
     assert clock.credit == 3.5 and len(writes) == 1
     clock.observe(4.6)  # grew by less than a step (the clock allows 10 s now): kept, written at the end
     assert round(clock.credit, 9) == 3.6 and len(writes) == 1
-    assert clock.calls_end(50.0) == 50.0 + clock.credit
+    assert clock.calls_end() == 1000.0 + clock.credit  # the deadline (calls_until unset)
     clock.finish()
     assert writes[-1] == {"run_paused_seconds": 3.6}
     clock.finish()

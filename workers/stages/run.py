@@ -31,7 +31,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     if not d.stores.ready.claim_to_run(sid, **start):
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
     try:
-        outcome, error, exit_code = _run_agent(d, state, lease, now, start.get(F.CALLS_UNTIL.value))
+        outcome, error, exit_code = _run_agent(d, state, lease, start.get(F.CALLS_UNTIL.value))
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
     log.info("run %s: %s", sid, outcome.value)
@@ -41,7 +41,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
                    outcome=outcome, error=error)
 
 
-def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: float,
+def _run_agent(d: Deps, state: SessionState, lease: StageLease,
                calls_until: float | None) -> tuple[Outcome, str | None, int | None]:
     sid, spec = state.session_id, state.spec
     if state.cancel_requested:  # as read when this stage began, a moment ago
@@ -54,8 +54,6 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: flo
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
     own = agent_timeout(state)
     limit = min(remaining, own) if own is not None else remaining
-    # When the proxy stops admitting the agent's calls (wall clock, as the deadline fields it reads).
-    calls_end = min(state.deadline or float("inf"), run_started + own if own is not None else float("inf"))
     stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
     # The limit is kept here, not by the runtime: time paused for weight sync moves it. (Made
     # before the warm-up starts: nothing is left to clean up when Redis fails it.)
@@ -78,7 +76,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease, run_started: flo
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
     # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
     failed = not res.timed_out and not res.cancelled and res.exit_code != 0
-    if clock.over or res.timed_out or (failed and time.time() >= clock.calls_end(calls_end)):
+    if clock.over or res.timed_out or (failed and time.time() >= clock.calls_end()):
         if limit < remaining:
             return Outcome.TIMEOUT, f"agent exceeded its {own:g}s agent_timeout", None
         return Outcome.TIMEOUT, f"agent exceeded the {spec.timeout_seconds:.0f}s budget", None

@@ -75,7 +75,8 @@ class RunClock:
             except Exception as exc:
                 log.warning("could not record %.1f s of pause credit: %s", self.credit, exc)
 
-    def calls_end(self, nominal: float) -> float:
-        """``nominal`` (when the proxy stopped admitting calls, without pauses) moved by the credit."""
-        return nominal + self.credit
+    def calls_end(self) -> float:
+        """When the proxy stops admitting the agent's calls (the earlier of the session's deadline
+        fields, wall clock, as it reads them), moved by the credit; never without them."""
+        return min(self._fields.values(), default=float("inf")) + self.credit
 
