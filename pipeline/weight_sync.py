@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import httpx
 
+from pipeline.trainers.groups import integer_version
+
 log = logging.getLogger("polar.weight_sync")
 
 ADMIN_HEADER = "x-polar-admin-token"
@@ -94,8 +96,7 @@ class ProxyAdmin:
     def current_version(self) -> int:
         """The proxy's policy version when it is an integer (a run going on from a stack it
         swapped before), else 0: integer versions only move forward."""
-        version = self.status().get("policy_version")
-        return int(version) if isinstance(version, str) and version.isascii() and version.isdigit() else 0
+        return integer_version(self.status().get("policy_version")) or 0
 
     def swap(self, next_version: str | int, load: Callable[[], None] = lambda: None, *,
              drain_seconds: float = 60.0, lease_seconds: float = 600.0) -> dict[str, Any]:

@@ -47,13 +47,13 @@ def policy_version(result: SessionResult) -> int | None:
     across a weight swap is as stale as its earliest turns): each merged turn's version
     (``policy_versions``), else each trace's, else the task's. Unknown: None."""
     found = [v for i in range(len(result.trajectory.traces)) for v in trace_versions(result, i)]
-    versions = [v for v in (_int(raw) for raw in found) if v is not None]
+    versions = [v for v in (integer_version(raw) for raw in found) if v is not None]
     if versions:
         return min(versions)
-    return _int(result.metadata.get("policy_version"))
+    return integer_version(result.metadata.get("policy_version"))
 
 
-def _int(raw: Any) -> int | None:
+def integer_version(raw: Any) -> int | None:
     """An integer version as the proxy compares them (ASCII digits only): "1_0", " 7", "٣" and
     True name no integer version here, as they name none to the resume check (lua.PROXY_PAUSE_RELEASE)."""
     if isinstance(raw, int) and not isinstance(raw, bool):
