@@ -31,8 +31,8 @@ _EXTENDED = (b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode 
              b"rename from ", b"rename to ", b"similarity index ", b"dissimilarity index ", b"index ")
 _PATH_LINES = (b"copy from ", b"copy to ", b"rename from ", b"rename to ")
 _HUNK = re.compile(rb"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")  # (longer: no file has them)
-_SYMLINK_MODE = 0o120000
-_GIT_MODES = (b"100644", b"100755", b"120000", b"160000")  # a file, an executable, a symlink, a submodule
+_SYMLINK_MODE = b"120000"
+_GIT_MODES = (b"100644", b"100755", _SYMLINK_MODE, b"160000")  # a file, an executable, a symlink, a submodule
 # A mode as git apply reads one (an octal number up to a space) or patch(1) (on an index line too),
 # after any whitespace: both skip tabs, vertical tabs, form feeds as well as spaces before it
 _MODE = re.compile(rb"(?:new file mode|new mode|index \S*)\s+([0-7]{1,12})")
@@ -140,7 +140,7 @@ def _read_section(lines: list[bytes]) -> tuple[list[str], str, bool]:
         mode = _MODE.match(line)
         if mode and mode[1] not in _GIT_MODES:  # patch(1) would chmod the file to it (0777, say)
             raise Malformed(f"a file mode git does not write ({mode[1].decode()})")
-        if mode and int(mode[1], 8) & 0o170000 == _SYMLINK_MODE:
+        if mode and mode[1] == _SYMLINK_MODE:  # (any other mode was refused just above)
             creates_link = True
         i += 1
     if header is None:
