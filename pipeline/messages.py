@@ -1,6 +1,6 @@
 """Stage messages as they lie in the broker: a Celery task message (protocol 2, JSON) in kombu's
 Redis envelope, built here so that a stage script can push the next stage's message in the same
-atomic step that records the stage done (``stores/lua.py`` STAGE_FINISH) -- and without Celery's
+atomic step that records the stage done (``stores/lua/`` STAGE_FINISH) -- and without Celery's
 publishing path, which costs about a millisecond of CPU per message (a producer, a channel, a
 new Redis client per publish).
 
