@@ -126,6 +126,24 @@ def main_trace(result: SessionResult) -> int:
     return max(range(len(traces)), key=lambda i: (traces[i].trainable_tokens, i))
 
 
+def fit_lengths(row: dict[str, Any], prompt_length: int | None, response_length: int | None,
+                prompt: str, response: tuple[str, ...]) -> tuple[bool, bool]:
+    """Cut a row to a trainer's lengths, in place, as the frameworks' own agent loops cut theirs:
+    the response keys (ids, mask, logprobs) to their first ``response_length`` tokens; a prompt
+    over ``prompt_length`` to its last tokens, and the row then trains nothing (its mask zeroed):
+    a cut prompt is a context the policy never saw. Returns (response cut, prompt overlong); the
+    caller sets the reward of an overlong row as it does for an unusable one."""
+    cut = response_length is not None and len(row[response[0]]) > response_length
+    if cut:
+        for key in response:
+            row[key] = row[key][:response_length]
+    overlong = prompt_length is not None and len(row[prompt]) > prompt_length
+    if overlong:
+        row[prompt] = row[prompt][-prompt_length:] if prompt_length else []
+        row[response[1]] = [0] * len(row[response[1]])
+    return cut, overlong
+
+
 def stale(result: SessionResult, current_version: int, max_lag: int) -> bool:
     """Sampled by a policy more than ``max_lag`` versions behind ``current_version`` (unknown: stale)."""
     version = policy_version(result)

@@ -11,6 +11,10 @@ one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask. Their rew
 ``groups.neutral_reward`` (the mean of its usable sessions' rewards in ``results``): SkyRL's GRPO
 takes its baseline over every sequence of a prompt's group, masked ones included, and 0.0 there
 raised the advantages of the group's usable sessions (``neutral_fill=False``: 0.0).
+``prompt_length`` / ``response_length`` cut each sequence as verl's adapter does (a response to
+its first tokens, stop reason ``length``; an overlong prompt to its last, and that sequence then
+trains nothing, with the fill reward): set them to what the trainer was configured for, so one
+long session cannot make a batch the trainer cannot hold; counted in ``rollout_metrics``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from pipeline.schemas import SessionResult
 from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
+    fit_lengths,
     made_no_call,
     main_trace,
     neutral_reward,
@@ -29,8 +34,8 @@ from pipeline.trainers.groups import (
 )
 
 
-def to_generator_output(results: list[SessionResult], *, step_wise: bool = False,
-                        neutral_fill: bool = True) -> dict[str, Any]:
+def to_generator_output(results: list[SessionResult], *, step_wise: bool = False, neutral_fill: bool = True,
+                        prompt_length: int | None = None, response_length: int | None = None) -> dict[str, Any]:
     out: dict[str, list[Any]] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
                                                  "stop_reasons", "rollout_logprobs", "trajectory_ids",
                                                  "is_last_step", "policy_versions")}
@@ -39,6 +44,7 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
     for r in results:
         by_task.setdefault(r.task_id, []).append(r)
     fill = {task: neutral_reward(rs) if neutral_fill else 0.0 for task, rs in by_task.items()}
+    responses_cut = prompts_overlong = 0
     for r in results:
         if made_no_call(r):
             for key, value in (("prompt_token_ids", [PLACEHOLDER_TOKEN]), ("response_ids", [PLACEHOLDER_TOKEN]),
@@ -52,12 +58,19 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
         trains = usable(r)
         for n, i in enumerate(indexes):
             t, last = traces[i], n == len(indexes) - 1
-            out["prompt_token_ids"].append(list(t.prompt_ids))
-            out["response_ids"].append(list(t.response_ids))
-            out["rewards"].append(0.0 if not last else training_reward(r, i) if trains else fill[r.task_id])
-            out["loss_masks"].append([int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids))
-            out["stop_reasons"].append(t.finish_reason or r.status.value.lower())
-            out["rollout_logprobs"].append([lp.logprob for lp in t.response_logprobs])
+            row: dict[str, list[Any]] = {
+                "prompt_token_ids": list(t.prompt_ids), "response_ids": list(t.response_ids),
+                "loss_masks": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
+                "rollout_logprobs": [lp.logprob for lp in t.response_logprobs]}
+            cut, overlong = fit_lengths(row, prompt_length, response_length, "prompt_token_ids",
+                                        ("response_ids", "loss_masks", "rollout_logprobs"))
+            responses_cut, prompts_overlong = responses_cut + cut, prompts_overlong + overlong
+            for key, value in row.items():
+                out[key].append(value)
+            reward = training_reward(r, i) if trains and not overlong else fill[r.task_id]
+            out["rewards"].append(reward if last else 0.0)
+            # a cut response ended at the length limit, as SkyRL's own generator says of one it cuts
+            out["stop_reasons"].append("length" if cut else t.finish_reason or r.status.value.lower())
             out["trajectory_ids"].append(make_id(instance_id=r.task_id, repetition_id=r.sample_index))
             out["is_last_step"].append(last)
             out["policy_versions"].append(trace_versions(r, i))  # who sampled the sequence's tokens
@@ -65,7 +78,8 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
     inexact = sum(1 for r in results for t in r.trajectory.traces if t.metadata.get("context_exact") is False)
     return {**out, "rollout_metrics": {"sessions": len(results), "completed": statuses.count("COMPLETED"),
                                        "trained": sum(usable(r) for r in results),
-                                       "sequences": len(out["response_ids"]), "inexact_context_traces": inexact}}
+                                       "sequences": len(out["response_ids"]), "inexact_context_traces": inexact,
+                                       "responses_cut": responses_cut, "overlong_prompts": prompts_overlong}}
 
 
 def _trajectory_id() -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 from pipeline.schemas import SessionResult
 from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
+    fit_lengths,
     made_no_call,
     main_trace,
     sample_versions,
@@ -38,14 +39,11 @@ def to_agent_loop_output(result: SessionResult, *, prompt_length: int | None = N
     left_out = len(result.trajectory.traces) - 1
     if left_out:
         out["extra_fields"]["traces_left_out"] = left_out  # side conversations (a title call, a sub-agent)
-    if response_length is not None and len(out["response_ids"]) > response_length:
-        for key in ("response_ids", "response_mask", "response_logprobs"):
-            out[key] = out[key][:response_length]
+    cut, overlong = fit_lengths(out, prompt_length, response_length, "prompt_ids",
+                                ("response_ids", "response_mask", "response_logprobs"))
+    if cut:
         out["extra_fields"]["response_cut"] = True
-    if prompt_length is not None and len(out["prompt_ids"]) > prompt_length:
-        # Cutting the prompt would train on a context the policy never saw: the row trains nothing.
-        out["prompt_ids"] = out["prompt_ids"][-prompt_length:]
-        out["response_mask"] = [0] * len(out["response_ids"])
+    if overlong:
         out["reward_score"] = fill_reward
         out["extra_fields"]["overlong_prompt"] = True
     return out

@@ -112,6 +112,24 @@ def test_verl_cuts_the_response_to_its_length_and_trains_nothing_of_an_overlong_
     assert long["prompt_ids"] == [5, 6, 7, 8] and set(long["response_mask"]) == {0} and long["reward_score"] == 0.0
 
 
+def test_skyrl_cuts_each_sequence_to_the_trainers_lengths_as_verl_does():
+    a = merged("a", 1.0, traces=[trace(n_prompt=3)])
+    long = merged("b", 0.0, index=1, traces=[trace(n_prompt=9)])
+    g = skyrl.to_generator_output([a, long], prompt_length=4, response_length=2)
+    assert g["response_ids"] == [[100, 101], [100, 101]] and g["loss_masks"][0] == [1, 1]
+    assert [len(x) for x in g["rollout_logprobs"]] == [2, 2] and g["stop_reasons"] == ["length", "length"]
+    # the overlong prompt keeps its last tokens, trains nothing and takes the group's neutral reward
+    assert g["prompt_token_ids"] == [[0, 1, 2], [5, 6, 7, 8]] and set(g["loss_masks"][1]) == {0}
+    assert g["rewards"] == [1.0, 0.5]
+    assert g["rollout_metrics"]["responses_cut"] == 2 and g["rollout_metrics"]["overlong_prompts"] == 1
+    same = skyrl.to_generator_output([a, long])  # no lengths: nothing cut
+    assert [len(x) for x in same["response_ids"]] == [4, 4] and same["rewards"] == [1.0, 0.0]
+    assert same["stop_reasons"] == ["stop", "stop"] and same["rollout_metrics"]["responses_cut"] == 0
+    out = verl.to_agent_loop_output(long, prompt_length=4, response_length=2, fill_reward=0.5)
+    assert out["prompt_ids"] == g["prompt_token_ids"][1] and out["response_mask"] == g["loss_masks"][1]
+    assert out["reward_score"] == 0.5 and out["extra_fields"]["response_cut"]
+
+
 @pytest.mark.parametrize("status, reward", [(SessionStatus.ERROR, 1.0), (SessionStatus.TIMEOUT, 1.0),
                                             (SessionStatus.CANCELLED, None), (SessionStatus.COMPLETED, None),
                                             (SessionStatus.COMPLETED, float("nan"))])
@@ -142,7 +160,7 @@ def test_skyrl_one_sequence_per_session_in_order_with_trajectory_ids():
     assert [len(m) for m in g["loss_masks"]] == [4, 4] and g["rewards"] == [1.0, 0.0]
     assert g["trajectory_ids"][-1] == {"instance_id": "t", "repetition_id": 1} and g["is_last_step"] == [True, True]
     assert g["rollout_metrics"] == {"sessions": 2, "completed": 2, "trained": 2, "sequences": 2,
-                                    "inexact_context_traces": 0}
+                                    "inexact_context_traces": 0, "responses_cut": 0, "overlong_prompts": 0}
 
 
 def test_a_merged_trace_whose_context_drifted_is_flagged_to_every_trainer():
