@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +104,36 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_session(rt, tmp_path
     assert alive(daemon)  # it survived its command's process group
     rt.stop()
     wait_for(lambda: not alive(daemon), timeout=5)
+
+
+def test_a_daemon_that_keeps_re_executing_itself_dies_with_the_session(tmp_path):
+    """A process inside execve shows an empty environment for a moment; the teardown's sweep
+    took that as another's process, so one exec'ing just then outlived its session (a CI run
+    caught ``exec sleep``). One that re-executes itself in a loop is mid-exec ~40 % of the time:
+    sixteen sessions, one such daemon each, all must die (the old sweep let 1-3 of ten live)."""
+    loop = tmp_path / "again.sh"
+    loop.write_text('#!/bin/sh\nexec "$0"\n')
+    loop.chmod(0o755)
+    daemons = []
+    try:
+        for i in range(16):
+            runtime = runtimes.create(RuntimeSpec(), f"loop-{i}", tmp_path)
+            runtime.start()
+            pidfile = tmp_path / f"loop-{i}.pid"
+            res = runtime.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec {loop}' < /dev/null > /dev/null 2>&1 & "
+                               f"until [ -s {pidfile} ]; do sleep 0.01; done", timeout=30)
+            assert res.exit_code == 0
+            daemons.append(int(pidfile.read_text()))
+            assert alive(daemons[-1])
+            runtime.stop()
+        time.sleep(0.2)  # (a survivor keeps exec'ing: it stays alive)
+        assert [pid for pid in daemons if alive(pid)] == []
+    finally:
+        for pid in daemons:  # a failed run leaves nothing looping
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_the_stacks_shutdown_sweep_kills_only_the_sessions_own_groups_and_removes_nothing(tmp_path):

@@ -321,22 +321,54 @@ def _floor_now(floor: int) -> int:
     return floor if 0 < floor <= newest_pid() else 0
 
 
+# A process caught inside execve shows an empty environment (the kernel has swapped in the new
+# program's memory but not yet laid out its arguments and environment): read again this often,
+# this many times. A process that keeps re-executing itself is caught there ~40 % of reads.
+EXEC_REREAD_SECONDS, EXEC_REREADS = 0.0005, 200
+_PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread (no environment, ever)
+
+
 def _environ_holds(pid: str, tag: bytes) -> bool:
+    """Whether process ``pid`` carries ``tag`` (``KEY=value``) in its environment. An empty one
+    of a live user process is one caught mid-exec, not an answer: it is read again (a sweep that
+    took it for another's let an agent's daemon that was exec'ing just then outlive its session)."""
+    for _ in range(EXEC_REREADS):
+        environ = _read_environ(pid)
+        if environ is None:
+            return False
+        if environ:
+            # A cheap substring test first; the exact entry (not a longer path that starts the same) after.
+            return tag in environ and tag in environ.split(b"\0")
+        if not _user_process(pid):  # a kernel thread or a zombie: no environment to read
+            return False
+        time.sleep(EXEC_REREAD_SECONDS)
+    return False  # empty for 0.1 s and more: an environment cleared on purpose, not an exec
+
+
+def _read_environ(pid: str) -> bytes | None:
     try:
         fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
     except OSError:
-        return False
+        return None
     try:
         chunks = []
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    environ = b"".join(chunks)
-    # A cheap substring test first; the exact entry (not a longer path that starts the same) after.
-    return tag in environ and tag in environ.split(b"\0")
+    return b"".join(chunks)
+
+
+def _user_process(pid: str) -> bool:
+    """Alive (not a zombie) and not a kernel thread, by /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def _killpg(pgid: int, sig: int) -> None:
