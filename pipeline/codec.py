@@ -95,7 +95,10 @@ def _from_ext(code: int, data: bytes) -> Any:
 
 
 def _wide_ints_as_text(value: Any) -> Any:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, msgpack.ExtType)):
+        # An extension (a record's packed ids, logprobs, JSON text) holds no Python int: it is
+        # kept as it is. (ExtType is a tuple: walked as one, it became a [code, bytes] list and
+        # the record no longer decoded.)
         return value
     if isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
         return str(value)

@@ -7,12 +7,15 @@ float: the prompt drifted from the sampled ids)."""
 from __future__ import annotations
 
 import anthropic
+import openai
 import pytest
+import redis
 from google import genai
 from google.genai import types as gt
 
+from pipeline.stores.records import RecordStore
 from tests.proxy.test_sdks import records
-from tests.support import running_session
+from tests.support import running_session, sid_of
 
 WIDE = 123456789012345678901234567890  # what tests/fixtures/sdk_bigint_policy.json's first turn emits
 ASK = [{"role": "user", "content": "record it"}]
@@ -61,3 +64,27 @@ def test_gemini_function_call_with_a_wide_integer_round_trips_exactly(ref_stack)
     second = client.models.generate_content(model="sdk-bigint", contents=history, config=config)
     assert second.text == "Recorded."
     assert_sent_back_as_sampled(ref_stack, key)
+
+
+BOUNDED = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 10**20}},
+           "required": ["n"]}  # a tool schema's bound beyond 64 bits (pydantic's conint(le=10**20), say)
+
+
+def test_a_call_whose_request_holds_a_wide_integer_is_recorded_readably(ref_stack):
+    """The engine's request keeps the integer (it is no JSON_DOC then), so the record is packed
+    with wide integers as text; that fallback walked the record's packed ids and JSON texts as
+    tuples too, and every call of a harness with such a tool schema was stored unreadable: the
+    client got its answer, the trainer nothing."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    answer = sdk.chat.completions.create(
+        model="tiny", max_tokens=3, messages=[{"role": "user", "content": "hi"}],
+        tools=[{"type": "function", "function": {"name": "alloc", "parameters": BOUNDED}}])
+    sdk.chat.completions.create(model="tiny", max_tokens=3, messages=[{"role": "user", "content": "hi"}],
+                                seed=2**70)  # a seed beyond 64 bits, which the engine takes
+    store = RecordStore(redis.Redis.from_url(ref_stack.settings.redis_url), 3600)
+    recorded, unreadable = store.completions(sid_of(key))
+    assert unreadable == 0 and len(recorded) == 2
+    first = recorded[0]
+    assert len(first.prompt_ids) == answer.usage.prompt_tokens and len(first.response_ids) == 3
+    assert str(10**20) in str(first.normalized_request["tools"][0]["function"]["parameters"]["properties"]["n"])

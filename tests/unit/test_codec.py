@@ -152,3 +152,12 @@ def test_inexact_integer_finds_integer_tokens_beyond_64_bits_only(raw, wide):
     from pipeline.codec import inexact_integer
 
     assert inexact_integer(raw) == wide
+
+
+def test_a_record_with_a_wide_integer_keeps_its_extensions():
+    # pack's fallback writes the integer as text; the packed arrays and JSON texts beside it
+    # (ExtType is a tuple) must stay extensions, or the record no longer decodes as one.
+    record = {"ids": u32_array([1, 2, 3]), "logprobs": f64_array([-0.5]), "doc": json_doc({"a": 1}),
+              "request": {"seed": 2**70, "n": [-(2**63) - 1]}}
+    assert unpack(pack(record)) == {"ids": [1, 2, 3], "logprobs": [-0.5], "doc": {"a": 1},
+                                    "request": {"seed": str(2**70), "n": [str(-(2**63) - 1)]}}
