@@ -147,6 +147,11 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
     return fmt
 
 
+# Built-in tools the client executes (its output items are calls the harness runs), unlike the
+# hosted ones the vendor runs; the engine has no schema for them.
+_CLIENT_BUILTINS = frozenset({"local_shell", "shell", "apply_patch", "computer_use_preview", "computer"})
+
+
 def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
     if tools is None:
         return [], {}, set()
@@ -168,6 +173,11 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
             customs.add(t["name"])
         elif kind is None:
             raise BadRequest(f"tools[{i}].type is required", param=f"tools[{i}].type")
+        elif isinstance(kind, str) and kind in _CLIENT_BUILTINS:
+            # The harness runs these, not the vendor: dropped, the policy would never see the
+            # agent's own tool and the rollout would quietly be one without it.
+            raise UnsupportedFeature(f"tools[{i}]: the built-in '{kind}' tool is not supported: the engine knows no "
+                                     "built-in tools (declare it as a function or custom tool)", param=f"tools[{i}].type")
         # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
     return out, namespaces, customs
 

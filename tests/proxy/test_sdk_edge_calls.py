@@ -262,3 +262,20 @@ def test_a_prewarm_is_authenticated_as_any_call_and_a_zero_in_a_tool_input_is_no
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]
     reply = anthropic_client(ref_stack, key).messages.create(model="tiny", max_tokens=3, messages=history)
     assert reply.usage.output_tokens > 0 and len(records(ref_stack, key)) == 1  # sampled and recorded
+
+
+@pytest.mark.parametrize("tool", [{"type": "local_shell"}, {"type": "shell"}, {"type": "apply_patch"},
+                                  {"type": "computer_use_preview", "display_width": 800, "display_height": 600,
+                                   "environment": "linux"}], ids=lambda t: t["type"])
+def test_a_responses_builtin_tool_the_client_runs_is_refused_not_dropped(ref_stack, tool):
+    """local_shell, shell, apply_patch and computer use are the harness's own tools (it runs the
+    calls): dropped like a hosted tool, the policy never saw them and the agent could not act."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    function = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.create(model="tiny", input="List the files.", max_output_tokens=2, tools=[function, tool])
+    assert info.value.body["param"] == "tools[1].type" and info.value.body["code"] == "unsupported_feature"
+    assert tool["type"] in info.value.body["message"] and records(ref_stack, key) == []
+    hosted = sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[{"type": "web_search"}])
+    assert hosted.status == "incomplete" and len(records(ref_stack, key)) == 1  # a hosted one is still dropped
