@@ -42,6 +42,8 @@ _FORWARD = (
     # vLLM / SGLang extras a harness may set deliberately
     "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "ignore_eos",
     "chat_template_kwargs", "skip_special_tokens", "include_stop_str_in_output",
+    # an assistant prefill: the engine continues the last message instead of opening a new turn
+    "continue_final_message", "add_generation_prompt",
 )
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -63,7 +65,8 @@ def normalize(body: Any) -> dict[str, Any]:
         out_messages.append(m)
     if body.get("n", 1) not in (1, None):
         raise BadRequest("only n=1 is supported (each sample is its own session)", param="n")
-    opt_bool(body, "stream")  # null is "not streamed" (the SDK's type and the spec allow it)
+    for flag in ("stream", "continue_final_message", "add_generation_prompt"):
+        opt_bool(body, flag)  # null is the default (for stream: the SDK's type and the spec allow it)
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of objects", param="tools")

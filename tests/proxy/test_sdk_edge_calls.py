@@ -279,3 +279,23 @@ def test_a_responses_builtin_tool_the_client_runs_is_refused_not_dropped(ref_sta
     assert tool["type"] in info.value.body["message"] and records(ref_stack, key) == []
     hosted = sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[{"type": "web_search"}])
     assert hosted.status == "incomplete" and len(records(ref_stack, key)) == 1  # a hosted one is still dropped
+
+
+def test_a_chat_prefill_with_vllms_flags_continues_the_last_message(ref_stack):
+    """vLLM's ``continue_final_message`` / ``add_generation_prompt`` (an assistant prefill, sent
+    through the OpenAI SDK's extra_body) reach the engine: the prompt is the one Anthropic's
+    prefill samples from, not the prefill closed and a new turn opened."""
+    key = running_session(ref_stack.settings.redis_url)
+    prefill = [{"role": "user", "content": "Write code"}, {"role": "assistant", "content": "def add(a, b):"}]
+    sdk = openai.OpenAI(base_url=f"{ref_stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+    sdk.chat.completions.create(model="tiny", max_tokens=2, messages=prefill,
+                                extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    anthropic_client(ref_stack, key).messages.create(model="tiny", max_tokens=2, messages=prefill)
+    chat, claude = records(ref_stack, key)
+    assert chat["normalized_request"]["continue_final_message"] is True
+    assert chat["prompt_ids"] == claude["prompt_ids"]
+    for bad, status in (({"continue_final_message": True}, 400), ({"add_generation_prompt": "no"}, 400)):
+        with pytest.raises(openai.BadRequestError) as info:  # both true (the engine's rule); not a boolean
+            sdk.chat.completions.create(model="tiny", max_tokens=2, messages=prefill, extra_body=bad)
+        assert info.value.status_code == status and info.value.body["type"] == "invalid_request_error"
+    assert len(records(ref_stack, key)) == 2
