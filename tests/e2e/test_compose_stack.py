@@ -38,7 +38,9 @@ def source_tag() -> str:
 
 
 def remove_older_builds(keep: str) -> None:
-    """Earlier source trees' images (a GB each, torch included) are not kept."""
+    """Earlier source trees' images (a GB each, torch included) are not kept. Called after the
+    build: the new image shares their dependency layer (the Containerfile's first RUN), which
+    removing them first would have removed with them."""
     listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO],
                             capture_output=True, text=True).stdout.split()
     old = [ref for ref in listed if ref.split(":")[-1].startswith("src-") and ref != keep]
@@ -54,9 +56,11 @@ def test_the_compose_stack_runs_the_demo_task_behind_two_proxies():
             pytest.fail(f"{TEST_IMAGE} is required here (infra/images/build_test_image.sh)")
         pytest.skip(f"{TEST_IMAGE} is not built (infra/images/build_test_image.sh)")
     image = f"{IMAGE_REPO}:{source_tag()}"
-    remove_older_builds(image)
     env = {**os.environ, "COMPOSE_BIN": compose, "BASE_IMAGE": TEST_IMAGE, "STACK_IMAGE": image}
-    proc = subprocess.run(["bash", str(SMOKE)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    try:
+        proc = subprocess.run(["bash", str(SMOKE)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    finally:
+        remove_older_builds(image)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     done = re.search(r"(\d+)/(\d+) sessions COMPLETED with reward 1", out)
