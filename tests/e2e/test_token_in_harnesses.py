@@ -28,7 +28,10 @@ REPORT = Path(os.environ.get("POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-repor
 def runs(presets_stack, presets_client, engine):
     if engine is None:
         pytest.skip("podman is not installed (qwen_code and pi run in containers)")
-    tasks = {(p, mode): presets_client.submit(task_for(p, runtime, model_name=f"{p}-drift", token_in=mode))
+    # Twelve sessions for six run slots: a session's budget counts from INIT, which runs ahead of
+    # a free slot (the READY buffer), so the second six wait out the first six inside theirs.
+    tasks = {(p, mode): presets_client.submit({**task_for(p, runtime, model_name=f"{p}-drift", token_in=mode),
+                                               "timeout_seconds": 600})
              for p, (_, runtime, _) in EXPECTED.items() for mode in ("off", "auto")}
     return {k: presets_client.wait(t, timeout=900, poll_seconds=0.5) for k, t in tasks.items()}
 
