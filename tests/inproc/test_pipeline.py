@@ -319,6 +319,22 @@ def test_a_missing_command_is_an_error_not_a_crash(deps):
     assert result.status == SessionStatus.ERROR and "127" in result.error and result.trajectory.traces == []
 
 
+def test_a_session_whose_init_failed_is_not_graded(deps):
+    """A prepare step that fails after writing what the grader checks: the session ends ERROR
+    with no reward (a grader run on the half-prepared runtime passed: ERROR with reward 1.0)."""
+    def half_prepare(rt: MemoryRuntime, argv: list[str], env: dict[str, str]) -> ExecResult:
+        rt.files[rt.path("hello.txt")] = b"write hello.txt"
+        return ExecResult(1, stderr="the rest of the setup failed")
+
+    MemoryRuntime.commands["half_prepare"] = half_prepare
+    [sid] = submit(deps, num_samples=1, runtime={"backend": MEMORY, "prepare": [
+        {"type": "exec", "command": "half_prepare", "max_attempts": 1}]})
+    assert run_all(deps, sid) == ["done", "skipped", "done", "done", "done"]  # (INIT hands over to POSTRUN)
+    result = deps.stores.outputs.result(sid)
+    assert result.status == SessionStatus.ERROR and result.error.startswith("init:"), result.error
+    assert result.reward is None and "never ran" in result.evaluation["skipped"]
+
+
 # Keys without an expiry, each with the bound that keeps it small (docs/architecture.md).
 BOUNDED = {
     "polar:results": "capped by POLAR_RESULTS_STREAM_MAXLEN (past it only by what a group has not acked)",

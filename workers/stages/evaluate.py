@@ -52,6 +52,11 @@ def _grade(d: Deps, state: SessionState, outcome: Outcome, trajectory: Trajector
     refresh = spec.evaluator.refresh_runtime
     runtime = (runtimes.attach(state.eval_runtime) if state.eval_runtime else None) if refresh else agent_runtime
     reward, evaluation, eval_error = None, {"strategy": spec.evaluator.strategy}, None
+    if outcome != Outcome.CANCELLED and state.timing.run_started_at is None:
+        # The session ended before RUN (its INIT failed or ran out of time): no agent acted, and
+        # a grader run on a half-prepared runtime would score the setup, not a policy.
+        evaluation["skipped"] = "the agent never ran (the session ended before RUN)"
+        return {"reward": None, "evaluation": evaluation, "error": None, "trace_rewards": None}
     try:
         if outcome != Outcome.CANCELLED:
             if refresh and eval_runtime_problem(state):
