@@ -8,19 +8,29 @@ from pipeline.stores.lua.sessions import _TRANSITION
 
 # --- stage leases ----------------------------------------------------------------------------
 
+# The lease take both scripts below start with (KEYS[1..3], ARGV[1..3] as LEASE_ACQUIRE's): the
+# message is no longer sent-and-waiting; false when another live token holds the lease.
+_TAKE_LEASE = """
+local function take_lease()
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  local now = redis.call('TIME')
+  local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if exp and tonumber(exp) > t and redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return false end
+  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  return true
+end
+"""
+
 # KEYS[1] lease expiry zset, KEYS[2] lease owner hash, KEYS[3] sent zset. ARGV: member, token,
 # ttl (ms). The stage's message has arrived (whatever happens next, it is not lost); takes the
 # lease if it is free, expired, or already this token's. Returns 1 when held.
 LEASE_ACQUIRE = Lua(
     "lease_acquire",
-    """
-redis.call('ZREM', KEYS[3], ARGV[1])
-local now = redis.call('TIME')
-local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if exp and tonumber(exp) > t and redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
-redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+    _TAKE_LEASE
+    + """
+if not take_lease() then return 0 end
 return 1
 """,
 )
@@ -116,14 +126,9 @@ return out
 # mark} (an empty list: no such session, nothing written).
 STAGE_BEGIN = Lua(
     "stage_begin",
-    """
-redis.call('ZREM', KEYS[3], ARGV[1])
-local now = redis.call('TIME')
-local t = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if exp and tonumber(exp) > t and redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return {0} end
-redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+    _TAKE_LEASE
+    + """
+if not take_lease() then return {0} end
 local fields = redis.call('HGETALL', KEYS[4])
 if #fields > 0 then
   redis.call('HSET', KEYS[4], ARGV[4], '1')
