@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pipeline.errors import ExecError, RuntimeStartError
 from workers.runtimes.base import (
@@ -268,10 +268,9 @@ def kill_recorded_groups(root: Path) -> int:
     if pids.is_symlink() or not pids.is_dir():
         return 0
     tag, killed = f"POLAR_SESSION_DIR={root}".encode(), 0
-    for f in pids.iterdir():
-        if f.name.isdigit() and _environ_holds(f.name, tag):
-            _killpg(int(f.name), signal.SIGKILL)
-            killed += 1
+    for pid in _carrying([f.name for f in pids.iterdir() if f.name.isdigit()], tag):
+        _killpg(int(pid), signal.SIGKILL)
+        killed += 1
     return killed
 
 
@@ -289,15 +288,13 @@ def kill_session_processes(root: Path, pid_floor: int = 0) -> int:
     for _ in range(3):  # a dying parent may fork once more: sweep until nothing is left
         found = 0
         with os.scandir("/proc") as entries:
-            for entry in entries:
-                name = entry.name
-                if not name.isdigit() or int(name) < floor or int(name) == me or not _environ_holds(name, tag):
-                    continue
-                try:
-                    os.kill(int(name), signal.SIGKILL)
-                    found += 1
-                except (ProcessLookupError, PermissionError):
-                    pass
+            pids = [e.name for e in entries if e.name.isdigit() and int(e.name) >= floor and int(e.name) != me]
+        for pid in _carrying(pids, tag):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                found += 1
+            except (ProcessLookupError, PermissionError):
+                pass
         killed += found
         if not found:
             break
@@ -322,27 +319,48 @@ def _floor_now(floor: int) -> int:
 
 
 # A process caught inside execve shows an empty environment (the kernel has swapped in the new
-# program's memory but not yet laid out its arguments and environment): read again this often,
-# this many times. A process that keeps re-executing itself is caught there ~40 % of reads.
-EXEC_REREAD_SECONDS, EXEC_REREADS = 0.0005, 200
+# program's memory but not yet laid out its arguments and environment); one that keeps
+# re-executing itself is caught there ~40 % of reads. Such ones are read again, all together,
+# this often for this long at most (an environment still empty was cleared on purpose: however
+# many processes an agent starts so, a sweep waits this long once).
+EXEC_REREAD_SECONDS, EXEC_REREAD_FOR_SECONDS = 0.0005, 0.1
 _PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread (no environment, ever)
 
 
-def _environ_holds(pid: str, tag: bytes) -> bool:
-    """Whether process ``pid`` carries ``tag`` (``KEY=value``) in its environment. An empty one
-    of a live user process is one caught mid-exec, not an answer: it is read again (a sweep that
-    took it for another's let an agent's daemon that was exec'ing just then outlive its session)."""
-    for _ in range(EXEC_REREADS):
-        environ = _read_environ(pid)
-        if environ is None:
-            return False
-        if environ:
-            # A cheap substring test first; the exact entry (not a longer path that starts the same) after.
-            return tag in environ and tag in environ.split(b"\0")
-        if not _user_process(pid):  # a kernel thread or a zombie: no environment to read
-            return False
+def _carrying(pids: list[str], tag: bytes) -> Iterator[str]:
+    """The processes among ``pids`` whose environment holds ``tag`` (``KEY=value``). An empty
+    environment of a live user process is one caught mid-exec, not an answer: read again (a
+    sweep that took it for another's let a daemon exec'ing just then outlive its session)."""
+    unsure = []
+    for pid in pids:
+        holds = _holds(pid, tag)
+        if holds:
+            yield pid
+        elif holds is None:
+            unsure.append(pid)
+    until = time.monotonic() + EXEC_REREAD_FOR_SECONDS
+    while unsure and time.monotonic() < until:
         time.sleep(EXEC_REREAD_SECONDS)
-    return False  # empty for 0.1 s and more: an environment cleared on purpose, not an exec
+        again = []
+        for pid in unsure:
+            holds = _holds(pid, tag)
+            if holds:
+                yield pid
+            elif holds is None:
+                again.append(pid)
+        unsure = again
+
+
+def _holds(pid: str, tag: bytes) -> bool | None:
+    """Whether ``pid``'s environment holds ``tag``; None when it reads empty for a live user
+    process (mid-exec, or cleared)."""
+    environ = _read_environ(pid)
+    if environ is None:
+        return False
+    if environ:
+        # A cheap substring test first; the exact entry (not a longer path that starts the same) after.
+        return tag in environ and tag in environ.split(b"\0")
+    return None if _user_process(pid) else False  # (a kernel thread or a zombie has none)
 
 
 def _read_environ(pid: str) -> bytes | None:
