@@ -59,6 +59,9 @@ class Delivery:
     _ack: Callable[[], object]
     _nack: Callable[[], object] = lambda: None
     _hold: Callable[[], object] = lambda: None
+    # Why the entry went to the dead-letter stream instead (``results(dead_letters=True)``): it
+    # is no result to train on, only word that its session's result will not come.
+    dead_letter: str | None = None
 
     @property
     def result(self) -> SessionResult:
@@ -170,7 +173,8 @@ class RolloutClient:
 
     def results(self, *, group: str, consumer: str, block_ms: int = 5000, count: int = 16,
                 stop_after: float | None = None, claim_idle_ms: int = 300_000,
-                max_deliveries: int | None = None, dedupe_seconds: float = 7 * 24 * 3600) -> Iterator[Delivery]:
+                max_deliveries: int | None = None, dedupe_seconds: float = 7 * 24 * 3600,
+                dead_letters: bool = False) -> Iterator[Delivery]:
         """Yield results from the stream through a consumer group, forever or until
         ``stop_after`` seconds pass without a new result.
 
@@ -190,7 +194,9 @@ class RolloutClient:
           are claimed.
         - A delivery is counted when the entry is handed to the trainer (``Delivery.deliveries``),
           not when it is read: entries read ahead with one the trainer keeps dying on are not
-          dead-lettered with it.
+          dead-lettered with it. ``dead_letters=True``: each entry dead-lettered is also yielded,
+          as a ``Delivery`` with ``dead_letter`` set (the reason; nothing to ack), so a consumer
+          waiting for that session (a GRPO group) learns that it will not come.
         - When Redis goes away the iterator waits and reconnects with back-off (re-reading its
           own unacked entries first: nothing is skipped, nothing it holds is yielded again)
           instead of ending."""
@@ -240,6 +246,8 @@ class RolloutClient:
                             why = f"delivered {e.deliveries} times without an ack (max_deliveries={limit})"
                     if why:
                         stream.dead_letter(group, consumer, e, why)
+                        if dead_letters:
+                            yield Delivery(e.entry_id, e, lambda: None, dead_letter=why)
                         continue
                     holding[e.session_id] = e.entry_id
                     yield Delivery(e.entry_id, e, functools.partial(settle, e, False),
@@ -303,6 +311,12 @@ class RolloutClient:
         (``trainers.stream_groups``): it survives the consumer's restart. ``created_at``: the
         task's (``TaskStatus.created_at``), so that a later task reusing the id is not taken for it."""
         self._stream().close_task(group, task_id, keep_seconds, created_at)
+
+    def lost_sessions(self, group: str, task_id: str, add: str | None = None) -> int:
+        """How many of ``task_id``'s sessions the consumer group dead-lettered while their GRPO
+        group was open (``trainers.stream_groups``), after noting ``add`` (a session) when given;
+        kept in Redis, so a restart still closes the group without them."""
+        return self._stream().lost_sessions(group, task_id, add)
 
     def task_closed(self, group: str, task_id: str, registered_at: float | None = None) -> bool:
         """Whether the consumer group has taken ``task_id``'s group -- the group of the task a

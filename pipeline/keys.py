@@ -171,6 +171,13 @@ def results_closed_tasks(group: str) -> str:
     return f"{PREFIX}:results:closed:{group}"
 
 
+def results_lost(group: str, task_id: str) -> str:
+    """Set: the sessions of ``task_id`` whose entries ``group`` dead-lettered before its GRPO group
+    closed (``iter_groups`` closes the group without them, also after a restart). Expires with
+    the closed-task marks; deleted when the group closes."""
+    return f"{PREFIX}:results:lost:{group}:{task_id}"
+
+
 def results_delivered(group: str) -> str:
     """Sorted set: session ids a consumer group has acked (score = ack time), so de-duplication
     of a twice-published session survives a consumer restart. Trimmed to its TTL at every ack."""

@@ -46,6 +46,7 @@ class StreamEntry:
     session_id: str  # "" when the entry names none and its blob does not decode
     blob: bytes  # b"" when the entry was trimmed away while pending
     deliveries: int = 1  # times handed to the group's trainer, this one included (``hand``)
+    task_id: str = ""  # as the entry names it ("" when it names none)
 
     @cached_property
     def result(self) -> SessionResult:
@@ -281,7 +282,21 @@ class ResultsStream:
         pipe.zadd(key, {task_id: now if created_at is None else created_at})
         pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
         pipe.expire(key, int(keep_seconds) + 1)
+        pipe.delete(keys.results_lost(group, task_id))  # (its sessions lost: no longer waited for)
         pipe.execute()
+
+    def lost_sessions(self, group: str, task_id: str, add: str | None = None,
+                      keep_seconds: float = 7 * 24 * 3600) -> int:
+        """How many of ``task_id``'s sessions ``group`` dead-lettered while its GRPO group was
+        open, after adding ``add`` (an entry's session id) when given."""
+        key = keys.results_lost(group, task_id)
+        if add is None:
+            return int(self._r.scard(key))
+        pipe = self._r.pipeline(transaction=False)
+        pipe.sadd(key, add)
+        pipe.expire(key, int(keep_seconds) + 1)
+        pipe.scard(key)
+        return int(pipe.execute()[-1])
 
     def task_closed(self, group: str, task_id: str) -> float | None:
         """When the task ``group`` closed under ``task_id`` was created (or closed, for a mark
@@ -353,7 +368,7 @@ def _entry(reply: Any) -> StreamEntry | None:
             session_id = decode_arrays(data).session_id
         except Exception:  # undecodable: the consumer dead-letters it
             session_id = b""
-    return StreamEntry(text(entry_id), text(session_id), data)
+    return StreamEntry(text(entry_id), text(session_id), data, task_id=text(fields.get(b"task_id") or b""))
 
 
 def _parse_id(entry_id: str) -> tuple[int, int]:

@@ -2,7 +2,9 @@
 ``Group`` once all its sessions are in -- or as soon as ``early_stop_min_usable_sessions`` of
 them are usable (the task's own setting, or ``min_usable`` here), not waiting for the rest,
 which the server cancels (server-side early stop) and which are acked and dropped when they
-arrive, also after a restart (the closed tasks are kept in Redis, a week). A task id submitted
+arrive, also after a restart (the closed tasks are kept in Redis, a week). A session whose entry
+went to the dead-letter stream counts as arrived: its group comes without it (``Group.complete``
+false) instead of waiting for it for ever. A task id submitted
 again once its first task expired from the API is a new group: a session is told from the closed
 task's by when it was registered (``SessionTiming.registered_at`` against the task's ``created_at``).
 
@@ -42,35 +44,61 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
     #   close it, created_at)
     closed: dict[str, float | None] = {}  # groups already yielded -> their task's created_at (their late
     #   sessions are dropped; a later task under the same id is not); the newest kept
-    for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after):
+    lost: dict[str, int] = {}  # task -> its sessions whose entries were dead-lettered (they will not come)
+    for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after,
+                               dead_letters=True):
+        if item.dead_letter is not None:
+            task_id = item.entry.task_id
+            if not task_id or task_id in closed or (task_id not in sizes and
+                                                    not _size_known(client, group, task_id, min_usable, sizes)):
+                continue  # (an entry naming no task, or a group already taken or gone: nothing waits for it)
+            # (a task first heard of here: the lost ones are all counted by the add)
+            lost[task_id] = client.lost_sessions(group, task_id, add=item.entry.session_id or item.entry_id)
+            log.warning("iter_groups: a session of task %s was dead-lettered (%s): its group comes without it",
+                        task_id, item.dead_letter)
+            if lost[task_id] + len(held.get(task_id, ())) >= sizes[task_id][0]:
+                yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed)
+            continue
         result = item.result
         task_id = result.task_id
         registered_at = result.timing.registered_at
         if task_id in closed and not same_task(closed[task_id], registered_at):
             del closed[task_id]  # the id was submitted again, once its first task expired: a new group
-        if task_id not in closed and task_id not in sizes and \
-                not _size_known(client, group, task_id, min_usable, sizes, registered_at):
-            _close(closed, task_id, registered_at)  # (a task's sessions are registered as it is created)
+        if task_id not in closed and task_id not in sizes:
+            if _size_known(client, group, task_id, min_usable, sizes, registered_at):
+                lost[task_id] = client.lost_sessions(group, task_id)  # (dead-lettered before a restart)
+            else:
+                _close(closed, task_id, registered_at)  # (a task's sessions are registered as it is created)
         if task_id in closed:
             item.ack()
             continue
         held.setdefault(task_id, []).append(item)
         usable_count[task_id] = usable_count.get(task_id, 0) + usable(result)
-        total, enough, created_at = sizes[task_id]
-        if len(held[task_id]) >= total or (enough and usable_count[task_id] >= enough):
-            taken = held.pop(task_id)
-            usable_count.pop(task_id)
-            sizes.pop(task_id)
-            _close(closed, task_id, created_at)
-            ack = functools.partial(_ack_once, client, group, task_id, created_at, taken, [])
-            yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
-            ack()  # the loop asked for the next group: this one is taken
+        total, enough, _ = sizes[task_id]
+        if len(held[task_id]) + lost.get(task_id, 0) >= total or (enough and usable_count[task_id] >= enough):
+            yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed)
         else:
             item.hold()  # kept for its group, not worked on: a restart meanwhile is no failed delivery
     if held:
         log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
                     "hold their other sessions): %s", group, consumer,
                     {t: f"{len(d)}/{sizes[t][0]}" for t, d in held.items()})
+
+
+def _take(client: Any, group: str, task_id: str, held: dict[str, list[Any]], usable_count: dict[str, int],
+          sizes: dict[str, tuple[int, int | None, float | None]], lost: dict[str, int],
+          closed: dict[str, float | None]) -> Iterator[Group]:
+    """Close ``task_id``'s group and yield it (none when every session of it was dead-lettered);
+    its entries are acked when the loop asks for the next group, or by ``Group.ack``."""
+    taken = held.pop(task_id, [])
+    usable_count.pop(task_id, None)
+    lost.pop(task_id, None)
+    total, _, created_at = sizes.pop(task_id)
+    _close(closed, task_id, created_at)
+    ack = functools.partial(_ack_once, client, group, task_id, created_at, taken, [])
+    if taken:
+        yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
+    ack()  # the loop asked for the next group: this one is taken
 
 
 def _size_known(client: Any, group: str, task_id: str, min_usable: int | None,

@@ -66,6 +66,29 @@ def test_a_loop_that_breaks_keeps_the_group_it_acked_and_gets_back_the_one_it_di
     assert [g.task_id for g in groups(client)] == ["t3"]  # the next run: only the one not taken
 
 
+def test_a_group_whose_session_was_dead_lettered_comes_without_it(client, r):
+    """A session's entry that cannot be decoded goes to the dead-letter stream: its group came
+    never (the loop waited for it until ``stop_after``, for ever by default); now it comes with
+    the sessions that did, not complete, and is acked like any other."""
+    submit(client, "t", 3)
+    publish(r, "t", "a0")
+    r.xadd(keys.RESULTS_STREAM, {"data": b"not a result", "session_id": "a1", "task_id": "t"})
+    publish(r, "t", "a2")
+    submit(client, "u", 1)
+    r.xadd(keys.RESULTS_STREAM, {"data": b"nor this", "session_id": "b0", "task_id": "u"})  # (all of it lost)
+    got = [(g.task_id, sorted(x.session_id for x in g.results), g.expected, g.complete) for g in groups(client)]
+    assert got == [("t", ["a0", "a2"], 3, False)]
+    assert r.xlen(keys.RESULTS_DEAD_LETTER) == 2 and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+    assert list(groups(client)) == []  # taken: not again
+    submit(client, "v", 3)  # a loss counted before a restart still counts after it
+    publish(r, "v", "c0")
+    r.xadd(keys.RESULTS_STREAM, {"data": b"broken", "session_id": "c1", "task_id": "v"})
+    assert list(groups(client)) == []  # (c2 has not come)
+    publish(r, "v", "c2")
+    assert [sorted(x.session_id for x in g.results) for g in groups(client)] == [["c0", "c2"]]
+    assert not r.exists(keys.results_lost("g", "v"))  # closed: nothing of it kept
+
+
 def test_a_404_that_is_not_the_apis_unknown_task_ends_the_loop_and_drops_nothing(client, r):
     wrong = RolloutClient("http://api.test/wrong-prefix", redis_url=client.redis_url, transport=client._http._transport)
     submit(client, "kept", 1)
@@ -220,13 +243,16 @@ def test_a_group_whose_step_keeps_failing_is_still_dead_lettered(client, r):
     submit(client, "poison", 2)
     publish(r, "poison", "p0", "p1")
     yielded = 0
-    for _ in range(4):
+    for _ in range(6):
         try:
             for _g in groups(client):
                 yielded += 1
                 raise RuntimeError("the training step fails")
         except RuntimeError:
             pass
-    assert yielded == 2  # delivered twice, then p1 was dead-lettered and the group cannot close
+    # Twice whole, then p1 was dead-lettered (p0, held while it waited for p1, was not counted):
+    # the group came without p1 -- also after each restart -- until p0 had its two deliveries too.
+    assert yielded == 5
     dead = r.xrange(keys.RESULTS_DEAD_LETTER)
-    assert len(dead) == 1 and b"max_deliveries=2" in dead[0][1][b"reason"]
+    assert len(dead) == 2 and all(b"max_deliveries=2" in d[1][b"reason"] for d in dead)
+    assert list(groups(client)) == [] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
