@@ -214,3 +214,37 @@ def test_redis_away_longer_than_the_stage_lease_takes_no_live_stage_from_its_wor
                             faulted, mid, time.monotonic())
     status = chaos_client.status(task_id)
     assert row["completed"] == row["submitted"], [(r.status, r.error) for r in status.results]
+
+
+def test_init_workers_stalled_past_their_lease_with_the_ready_buffer_full_do_not_stall_init(chaos_stack, chaos_client):
+    """Every INIT slot busy preparing a session that holds a READY slot, the buffer full, more of
+    the task's INITs queued: SIGSTOP the INIT worker past its lease. The reaper takes the leases
+    and sends their INITs again (the recovery: ERROR "init worker lost"), behind the queued ones.
+    Once the worker runs again its freed threads take the queued INITs, which wait for a READY
+    slot -- held by the lost sessions until their recovery runs, which waited behind them: INIT
+    stood still until the slots expired (the budget + 120 s; found by a soak)."""
+    import signal
+
+    from pipeline.stores.leases import take_grace_seconds
+
+    settings = chaos_stack.settings
+    lease = settings.stage_lease_seconds
+    stop = 2 * lease + take_grace_seconds(lease) + 2 * settings.reaper_interval_seconds
+    t = task(samples=2 * settings.ready_capacity, prepare_sleep=stop + 4)
+    task_id = chaos_client.submit(t)
+    assert wait_for(lambda: chaos_client.status(task_id, results=False).counts.get("INITIALIZING", 0)
+                    == settings.ready_capacity, timeout=60, interval=0.05)
+    time.sleep(0.5)  # (every INIT thread in its prepare)
+    pid = chaos_stack.pid("worker-init")
+    assert pid is not None
+    faulted = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(stop)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Unstalled: the second half prepares (stop + 4 s) and runs well within a minute; stalled,
+    # it waited for the slots' expiry (t["timeout_seconds"] + 120 s).
+    row = finish_and_report(chaos_stack, chaos_client, "SIGSTOP worker-init past its lease (READY buffer full)",
+                            task_id, faulted, True, time.monotonic(), timeout=3 * stop + 40)
+    assert row["completed"] >= settings.ready_capacity, row

@@ -20,7 +20,7 @@ import time
 
 from pipeline import results_dir
 from pipeline.messages import init_priority
-from pipeline.status import Stage
+from pipeline.status import SessionStatus, Stage
 from pipeline.stores.leases import sent_before, take_expired, take_grace_seconds, try_prune_pass, try_reaper_pass
 from pipeline.stores.queues import queue_depths, queued
 from workers.runtimes import RuntimeHost, sweeper
@@ -70,6 +70,8 @@ def reap_once(d: Deps) -> list[tuple[str, Stage]]:
     for sid, stage in take_expired(d.stores.r, take_grace_seconds(d.settings.stage_lease_seconds) if grace is None
                                    else grace):
         log.warning("reaper: %s of %s lost its worker; dispatching it again", stage.value, sid)
+        if stage == Stage.INIT:
+            free_ready_slot(d, sid)
         resend(d, stage, sid)
         found.append((sid, stage))
     found += _lost_messages(d)
@@ -77,6 +79,17 @@ def reap_once(d: Deps) -> list[tuple[str, Stage]]:
         log.warning("reaper: the callback of task %s is overdue (its worker died?); sending it again", task_id)
         d.dispatcher.callback(task_id)
     return found
+
+
+def free_ready_slot(d: Deps, sid: str) -> None:
+    """A lost INIT that had taken its READY slot (INITIALIZING) gives the slot back now, not when
+    its recovery runs: the recovery message waits in the INIT queue behind INITs that wait for a
+    slot, holding every INIT worker; had the lost sessions kept the buffer full, nothing would
+    move until the slots expired (the session budget + READY_GRACE_SECONDS: an hour's budget
+    stalled INIT for an hour). The lease is the reaper's now, so the old holder can no longer
+    move the session to READY; its runtime lives until the recovery's POSTRUN tears it down."""
+    if d.stores.sessions.status(sid) == SessionStatus.INITIALIZING:
+        d.stores.ready.release(sid)
 
 
 def resend(d: Deps, stage: Stage, sid: str) -> None:
