@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 import redis
 
 from pipeline.status import Stage
-from pipeline.stores.leases import held_many
+from pipeline.stores.leases import held_many, take_grace_seconds
 from tests.chaos.conftest import containers_of, finish_and_report, healthy, task
 from tests.support import wait_for
 from tests.support_http import Receiver
@@ -223,10 +224,6 @@ def test_init_workers_stalled_past_their_lease_with_the_ready_buffer_full_do_not
     Once the worker runs again its freed threads take the queued INITs, which wait for a READY
     slot -- held by the lost sessions until their recovery runs, which waited behind them: INIT
     stood still until the slots expired (the budget + 120 s; found by a soak)."""
-    import signal
-
-    from pipeline.stores.leases import take_grace_seconds
-
     settings = chaos_stack.settings
     lease = settings.stage_lease_seconds
     stop = 2 * lease + take_grace_seconds(lease) + 2 * settings.reaper_interval_seconds
