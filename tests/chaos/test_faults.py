@@ -166,24 +166,12 @@ def test_an_evaluate_worker_stopped_past_its_lease_grades_each_session_once(chao
     again and, once the worker runs again, a second copy grades while the stalled one finishes.
     The stalled copy must neither write its grade nor tear down the runtime the other grades in
     (it did: the other's evaluator was killed and every session published reward 0)."""
-    import signal
-
-    from pipeline.stores.leases import take_grace_seconds
-
-    lease = chaos_stack.settings.stage_lease_seconds  # expired, seen so for the grace, then taken by a pass
-    stop = 2 * lease + take_grace_seconds(lease) + 2 * chaos_stack.settings.reaper_interval_seconds
+    stop = past_the_lease(chaos_stack)
     # The grading outlasts the stop: the stalled copy's evaluator is still running when the other starts.
     task_id = chaos_client.submit(task(samples=3, evaluate_sleep=stop + 2))
     busy_within(chaos_client, task_id, "EVALUATING", 90)
     mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage.EVALUATE, 30)
-    pid = chaos_stack.pid("worker-evaluate")
-    assert pid is not None
-    faulted = time.monotonic()
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(stop)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    faulted = stall(chaos_stack, "worker-evaluate", stop)
     row = finish_and_report(chaos_stack, chaos_client, "SIGSTOP worker-evaluate past its lease", task_id, faulted, mid,
                             time.monotonic())
     status = chaos_client.status(task_id)
@@ -196,21 +184,12 @@ def test_redis_away_longer_than_the_stage_lease_takes_no_live_stage_from_its_wor
     are in INIT's prepare, which needs no Redis: its clock then jumps past every lease. The live
     INIT workers renew theirs within the reaper's grace, so none is taken and sent again (each
     session ended ERROR "init worker lost" though no worker died)."""
-    import signal
-
     lease = chaos_stack.settings.stage_lease_seconds
     task_id = chaos_client.submit(task(samples=2, prepare_sleep=2 * lease + 12))
     mid = stage_running_within(chaos_stack, chaos_client, task_id, Stage.INIT, 60)
     assert mid
     time.sleep(1)  # (both sessions' INIT under way)
-    pid = chaos_stack.pid("redis")
-    assert pid is not None
-    faulted = time.monotonic()
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(2 * lease)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    faulted = stall(chaos_stack, "redis", 2 * lease)
     row = finish_and_report(chaos_stack, chaos_client, "Redis stopped for 2x the stage lease (INIT running)", task_id,
                             faulted, mid, time.monotonic())
     status = chaos_client.status(task_id)
@@ -225,23 +204,35 @@ def test_init_workers_stalled_past_their_lease_with_the_ready_buffer_full_do_not
     slot -- held by the lost sessions until their recovery runs, which waited behind them: INIT
     stood still until the slots expired (the budget + 120 s; found by a soak)."""
     settings = chaos_stack.settings
-    lease = settings.stage_lease_seconds
-    stop = 2 * lease + take_grace_seconds(lease) + 2 * settings.reaper_interval_seconds
+    stop = past_the_lease(chaos_stack)
     t = task(samples=2 * settings.ready_capacity, prepare_sleep=stop + 4)
     task_id = chaos_client.submit(t)
     assert wait_for(lambda: chaos_client.status(task_id, results=False).counts.get("INITIALIZING", 0)
                     == settings.ready_capacity, timeout=60, interval=0.05)
     time.sleep(0.5)  # (every INIT thread in its prepare)
-    pid = chaos_stack.pid("worker-init")
-    assert pid is not None
-    faulted = time.monotonic()
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(stop)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    faulted = stall(chaos_stack, "worker-init", stop)
     # Unstalled: the second half prepares (stop + 4 s) and runs well within a minute; stalled,
     # it waited for the slots' expiry (t["timeout_seconds"] + 120 s).
     row = finish_and_report(chaos_stack, chaos_client, "SIGSTOP worker-init past its lease (READY buffer full)",
                             task_id, faulted, True, time.monotonic(), timeout=3 * stop + 40)
     assert row["completed"] >= settings.ready_capacity, row
+
+
+def past_the_lease(stack) -> float:
+    """A stall long enough for the reaper to take a stage's lease: expired, seen so for the
+    grace, then taken by a pass."""
+    lease = stack.settings.stage_lease_seconds
+    return 2 * lease + take_grace_seconds(lease) + 2 * stack.settings.reaper_interval_seconds
+
+
+def stall(stack, worker: str, seconds: float) -> float:
+    """SIGSTOP ``worker`` for ``seconds``, then SIGCONT; returns when the fault began."""
+    pid = stack.pid(worker)
+    assert pid is not None
+    faulted = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return faulted

@@ -331,24 +331,19 @@ def _carrying(pids: list[str], tag: bytes) -> Iterator[str]:
     """The processes among ``pids`` whose environment holds ``tag`` (``KEY=value``). An empty
     environment of a live user process is one caught mid-exec, not an answer: read again (a
     sweep that took it for another's let a daemon exec'ing just then outlive its session)."""
-    unsure = []
-    for pid in pids:
-        holds = _holds(pid, tag)
-        if holds:
-            yield pid
-        elif holds is None:
-            unsure.append(pid)
     until = time.monotonic() + EXEC_REREAD_FOR_SECONDS
-    while unsure and time.monotonic() < until:
-        time.sleep(EXEC_REREAD_SECONDS)
-        again = []
-        for pid in unsure:
+    while pids:
+        unsure = []
+        for pid in pids:
             holds = _holds(pid, tag)
             if holds:
                 yield pid
             elif holds is None:
-                again.append(pid)
-        unsure = again
+                unsure.append(pid)
+        if not unsure or time.monotonic() >= until:
+            return
+        time.sleep(EXEC_REREAD_SECONDS)
+        pids = unsure
 
 
 def _holds(pid: str, tag: bytes) -> bool | None:
