@@ -193,7 +193,7 @@ class SessionStore:
     @staticmethod
     def transition_args(target: SessionStatus, expected: Iterable[SessionStatus] | None,
                         fields: dict[str, Any]) -> list[Any]:
-        """ARGV of the state machine's write (``lua._TRANSITION``): target, allowed, token, fields."""
+        """ARGV of the state machine's write (``lua.sessions._TRANSITION``): target, allowed, token, fields."""
         allowed = target.predecessors()
         if expected is not None:
             allowed &= frozenset(expected)

@@ -28,7 +28,6 @@ from pipeline.stores.lua.ready import (  # noqa: F401
 )
 from pipeline.stores.lua.script import Lua, bind, execute, queue  # noqa: F401
 from pipeline.stores.lua.sessions import (  # noqa: F401
-    _TRANSITION,
     SESSION_BEGIN_CALL,
     SESSION_PARK,
     SESSION_TRANSITION,
