@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 import redis
@@ -32,6 +33,31 @@ def model_dir(tmp_path_factory):
     from infra.refserver import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test's id is unique: xdist keys tests by id, and of two with one id runs one, silently."""
+    counts = Counter(item.nodeid for item in items)
+    if repeated := sorted(nodeid for nodeid, n in counts.items() if n > 1):
+        raise pytest.UsageError(f"tests with the same id (xdist would run one of each): {repeated}")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s ``-n N --dist loadgroup``: a module's tests run in one process, and so do all
+    the modules of one ``xdist_group`` (those sharing a costly session fixture, such as the stack
+    with the six harness CLIs), so a module- or session-wide stack is started once rather than
+    once per process. (xdist's own loadgroup sends every ungrouped test anywhere.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleOrGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.rsplit("@", 1)[-1]
+            return nodeid.split("::", 1)[0]
+
+    return ModuleOrGroup(config, log)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -11,8 +11,13 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.e2e.conftest import ROOT
 from tests.support import wait_for
+
+# The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
+pytestmark = pytest.mark.xdist_group("presets-stack")
 
 ADD_BUG = "def add(a, b):\\n    return a - b\\n"
 MUL_BUG = "def add(a, b):\\n    return a + b\\n\\n\\ndef mul(a, b):\\n    return a + b\\n"

@@ -26,6 +26,9 @@ from pipeline.stores import Stores
 from tests.conftest import TEST_IMAGE
 from tests.e2e.conftest import TOOLS
 
+# The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
+pytestmark = pytest.mark.xdist_group("presets-stack")
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = Path(os.environ.get("POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl"))
 INSTRUCTION = "Read input.txt, then write hello.txt containing its text followed by ' world', then show hello.txt."

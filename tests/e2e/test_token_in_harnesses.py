@@ -21,6 +21,9 @@ from pipeline.status import SessionStatus
 from pipeline.stores import Stores
 from tests.e2e.test_harness_presets import EXPECTED, ROOT, task_for
 
+# The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
+pytestmark = pytest.mark.xdist_group("presets-stack")
+
 REPORT = Path(os.environ.get("POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-report.jsonl"))
 
 
