@@ -53,6 +53,7 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
           unauthenticated: bool) -> None:
     """Serve a model with vLLM's OpenAI-compatible token-id API."""
     from infra.cli.main import LOOPBACK
+    from infra.http_errors import configure_threads
     from infra.refserver import build_tiny_model
     from infra.serve import run
 
@@ -79,6 +80,7 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
                        "POLAR_REFSERVER_DIALECT": dialect,
                        "POLAR_REFSERVER_CHAT_TEMPLATE": str(chat_template.resolve()) if chat_template else ""})
     port = port or int(settings.upstream_url.rsplit(":", 1)[1].split("/")[0])
+    configure_threads(settings.http_head_seconds, settings.http_idle_seconds)
     run("infra.refserver.wsgi:app", f"{host}:{port}", "model")
 
 

@@ -188,13 +188,15 @@ def test_an_unparseable_request_is_answered_in_json_by_every_server(stack, servi
     assert status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize("service", ["api", "proxy"])
+@pytest.mark.parametrize("service", ["api", "proxy", "model"])
 def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
     """Slowloris: 40 connections that send half a request head and then nothing. The API once
     had 16 threads, each held for good by such a connection (it served nobody else); the proxy's
-    greenlets waited for ever (a few thousand such connections stopped it). Now the API still
-    answers, and every half-sent head is answered 408 in JSON once its deadline (3 s here,
-    http_head_seconds) has passed, and its connection closed."""
+    greenlets waited for ever (a few thousand such connections stopped it); the reference model's
+    8 threads were all held by 8 of them, for every session of the stack (any agent on the
+    worker's network reaches it). Now each still answers, and every half-sent head is answered
+    408 in JSON once its deadline (3 s here, http_head_seconds) has passed, and its connection
+    closed."""
     import json
     import socket
     import time
@@ -202,7 +204,8 @@ def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
 
     import httpx
 
-    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url,
+           "model": stack.settings.upstream_url}[service]
     parts = urlsplit(url)
     held = []
     for _ in range(40):
@@ -220,6 +223,28 @@ def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
             assert head.startswith(b"HTTP/1.1 408"), head
             assert "did not arrive within 3 s" in json.loads(body)["error"]["message"]
         assert time.monotonic() - started < 14  # answered at its deadline, not at the socket timeout
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_idle_connections_do_not_hold_the_model_servers_threads(stack):
+    """40 connections to the reference model that send nothing: gthread gave each a thread for
+    5 s before putting it back on its poller, so a call behind them waited 25 s (8 threads).
+    Now a connection with nothing to read waits on the poller, and the call is answered at once."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    parts = urlsplit(stack.settings.upstream_url)
+    held = [socket.create_connection((parts.hostname, parts.port), timeout=15) for _ in range(40)]
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert httpx.get(f"{stack.settings.upstream_url}/health", timeout=30).status_code == 200
+        assert time.monotonic() - started < 3
     finally:
         for sock in held:
             sock.close()
@@ -297,7 +322,8 @@ def test_a_stranger_cannot_hold_a_connection_with_a_trickled_body_a_silence_or_a
 
 @pytest.mark.parametrize("service, path, auth", [
     ("api", "/viewer/session", ""),  # the viewer's login: open to anyone, reads its body first
-    ("proxy", "/v1/chat/completions", FORGED_KEY)])
+    ("proxy", "/v1/chat/completions", FORGED_KEY),
+    ("model", "/v1/chat/completions", "")])  # the reference model: no key at all, 8 threads
 def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, auth):
     """A body the app reads before it can refuse the caller (a login; a proxy call whose key is
     merely well-formed) could come a byte a minute, each byte restarting the idle timer: a probe
@@ -307,7 +333,8 @@ def test_a_body_the_app_reads_cannot_be_trickled_for_ever(stack, service, path, 
     import threading
     from urllib.parse import urlsplit
 
-    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url}[service]
+    url = {"api": stack.settings.api_url, "proxy": stack.settings.proxy_url,
+           "model": stack.settings.upstream_url}[service]
     where = (urlsplit(url).hostname, urlsplit(url).port)
     data, took = _trickled(where, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}"
                                   "Content-Length: 3000\r\n\r\n{\"token\": \"".encode(), b"a", 0.2, seconds=20)
