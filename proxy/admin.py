@@ -46,7 +46,7 @@ def register_admin(app: Flask, control: Control, admin_token: str | None) -> Non
         params = _params()
         version = params.get("policy_version")
         if version is not None and not (isinstance(version, (str, int)) and not isinstance(version, bool)
-                                        and POLICY_VERSION.match(str(version))):
+                                        and POLICY_VERSION.fullmatch(str(version))):
             raise BadRequest("policy_version must be 1-128 printable characters", param="policy_version")
         return _json(control.resume(_holder(params), None if version is None else str(version), _flag(params, "force")))
 
@@ -98,7 +98,7 @@ def _holder(params: dict[str, Any]) -> str | None:
     holder = params.get("holder")
     if holder is None or holder == "":
         return None
-    if not (isinstance(holder, str) and HOLDER.match(holder)):
+    if not (isinstance(holder, str) and HOLDER.fullmatch(holder)):
         raise BadRequest("holder must be 1-128 printable characters", param="holder")
     return holder
 

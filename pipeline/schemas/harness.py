@@ -32,7 +32,7 @@ class McpServer(BaseModel):
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> "McpServer":
-        if not SERVER_NAME.match(self.name):
+        if not SERVER_NAME.fullmatch(self.name):
             raise ValueError(f"MCP server name {self.name!r}: letters, digits, '-' and '_' only")
         if self.type == "stdio" and (not self.command or self.url):
             raise ValueError(f"MCP server {self.name!r}: a stdio server needs 'command' and no 'url'")
@@ -57,7 +57,7 @@ class HarnessOptions(BaseModel):
 
     @model_validator(mode="after")
     def _checks(self) -> "HarnessOptions":
-        if self.version and not VERSION.match(self.version):
+        if self.version and not VERSION.fullmatch(self.version):
             raise ValueError(f"version {self.version!r}: expected a release such as 1.2.3")
         names = [s.name for s in self.mcp_servers]
         if len(set(names)) != len(names):

@@ -43,7 +43,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _env_vars(env: dict[str, str]) -> dict[str, str]:
     """Names a shell can export and values without a NUL byte: refused at submit, not at run time."""
     for name, value in env.items():
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} must be letters, digits and '_', not starting "
                              "with a digit")
         if "\0" in value:
@@ -84,7 +84,7 @@ def _known_name(field: str, known: tuple[str, ...], what: str) -> Any:
     """A validator accepting a catalogued name or a plug-in import path for ``field``."""
 
     def check(cls: type, value: str | None) -> str | None:
-        if value is None or value in known or IMPORT_PATH.match(value):
+        if value is None or value in known or IMPORT_PATH.fullmatch(value):
             return value
         raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(known)} "
                          f"or an import path 'package.module:Name'")
@@ -331,7 +331,7 @@ class TaskRequest(_Spec):
     @field_validator("task_id")
     @classmethod
     def _task_id(cls, v: str) -> str:
-        if not TASK_ID.match(v):
+        if not TASK_ID.fullmatch(v):
             raise ValueError("task_id must be 1-200 printable characters without spaces, '/', '\\', '?', '#' or '%'")
         if v in (".", ".."):  # a URL path segment of its own: every client resolves it away
             raise ValueError("task_id may not be '.' or '..'")
@@ -352,7 +352,7 @@ class TaskRequest(_Spec):
     def _callback_url(cls, v: str | None) -> str | None:
         # Templated URLs (the A.3 payload's "{trainer_host}") are accepted; only the scheme
         # is checked here, the POST itself reports an unusable URL.
-        if v is not None and not re.match(r"^https?://\S+$", v):
+        if v is not None and not re.fullmatch(r"https?://\S+", v):
             raise ValueError("callback_url must be an http:// or https:// URL")
         return v
 

@@ -379,3 +379,20 @@ def test_a_cancel_cut_off_half_way_leaves_a_ready_session_cancellable(client, st
     state = stores.sessions.get(sid)
     assert state.status == SessionStatus.POSTRUN and state.outcome == Outcome.CANCELLED
     assert stores.ready.snapshot()["depth"] == 0 and stores.ready.snapshot()["reserved"] == 0
+
+
+@pytest.mark.parametrize("field, change", [
+    ("task_id", {"task_id": "t-newline\n"}),
+    ("agent", {"agent": {"custom_shell": "true", "env": {"FOO\n": "1"}}}),
+    ("callback_url", {"task_id": "t-cb", "callback_url": "http://receiver.test/hook\n"}),
+    ("agent", {"agent": {"harness": "claude_code", "settings": {"version": "2.1.3\n"}}}),
+])
+def test_a_trailing_newline_does_not_pass_a_fields_pattern(client, stores, r, field, change):
+    """The patterns were anchored with ``$``, which also matches before a final newline: a task id
+    "t-newline\\n" (documented as without whitespace) became a Redis key, a folder name and a URL
+    segment, and an env name, a callback URL and a CLI version took a newline the same way."""
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, **change})
+    assert info.value.status == 400, info.value.body
+    assert any(f["field"].startswith(field) for f in info.value.body["error"]["fields"]), info.value.body
+    assert not stores.tasks.exists("t-newline\n") and queued(r, Stage.INIT) == 0

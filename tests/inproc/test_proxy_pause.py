@@ -321,3 +321,12 @@ def test_two_resumes_racing_cannot_move_the_version_back(proxy_app):
         held = pause(admin)
         assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": version}).status_code == 200
     assert status(admin)["policy_version"] == "1_0"
+
+
+@pytest.mark.parametrize("params", [{"policy_version": "v7\n"}, {"holder": "trainer\n"}])
+def test_a_trailing_newline_is_not_a_printable_version_or_holder(proxy_app, params):
+    """``^[!-~]{1,128}$`` let a final newline through (``$`` matches before it): a version
+    "v7\\n" was stamped on every later record. Now it is a 400 naming the parameter."""
+    resp = admin_client(proxy_app).post("/admin/resume", json=params)
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert next(iter(params)) in resp.get_data(as_text=True)
