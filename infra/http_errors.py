@@ -120,10 +120,11 @@ class JsonErrorThreadWorker(ThreadWorker):
     Slow clients: gthread hands a connection to one of its few threads (the reference model has
     8) as soon as it is accepted, and the thread then reads the request head with no deadline: 8
     connections that sent half a head froze the model server for every session, and idle ones
-    each held a thread 5 s (40 of them: a call waited 25 s). Here a thread only takes what has
-    arrived: a connection with nothing or part of a head goes back to the poller (no thread
-    waits on it) until the rest comes, a head must be whole within ``head_seconds`` of its first
-    byte (Settings.http_head_seconds; a 408 in JSON otherwise), a body keep up BODY_MIN_RATE
+    each held a thread 5 s (40 of them: a call waited 25 s), then a connection slot for 75 s.
+    Here a thread only takes what has arrived: a connection with nothing or part of a head goes
+    back to the poller (no thread waits on it) until the rest comes, a head must be whole within
+    ``head_seconds`` of its first byte, or of the connection for a new one
+    (Settings.http_head_seconds; a 408 in JSON otherwise), a body keep up BODY_MIN_RATE
     bytes a second after that grace, and a read or write that makes no progress for
     ``idle_seconds`` ends the connection (``configure_threads``, before gunicorn forks).
 
@@ -139,6 +140,8 @@ class JsonErrorThreadWorker(ThreadWorker):
 
     def handle(self, conn: Any) -> Any:
         if not conn.initialized and not conn.data_ready and not conn.wait_for_data(0):
+            if getattr(conn, "polar_head_due", None) is None:  # a new connection has the head's time to speak
+                conn.polar_head_due = time.monotonic() + self.head_seconds
             return _DEFER  # nothing sent yet: the poller waits for it, not a thread
         conn.init()
         conn.parser.unreader.__dict__.pop("chunk", None)  # the last request's pacing (handle_request)
@@ -179,7 +182,7 @@ class JsonErrorThreadWorker(ThreadWorker):
         if not held:
             return "wait"
         now = time.monotonic()
-        due = getattr(conn, "polar_head_due", None)
+        due = getattr(conn, "polar_head_due", None)  # (a new connection's: from when it was accepted)
         if due is None:
             due = conn.polar_head_due = now + self.head_seconds
         return "late" if now >= due else "wait"

@@ -230,8 +230,10 @@ def test_clients_trickling_their_headers_do_not_hold_a_server(stack, service):
 
 def test_idle_connections_do_not_hold_the_model_servers_threads(stack):
     """40 connections to the reference model that send nothing: gthread gave each a thread for
-    5 s before putting it back on its poller, so a call behind them waited 25 s (8 threads).
-    Now a connection with nothing to read waits on the poller, and the call is answered at once."""
+    5 s before putting it back on its poller, so a call behind them waited 25 s (8 threads), and
+    then kept each for 75 s (a thousand such connections filled the server). Now a connection
+    with nothing to read waits on the poller, the call is answered at once, and the silent
+    connections are closed at the head deadline (3 s here)."""
     import socket
     import time
     from urllib.parse import urlsplit
@@ -245,6 +247,9 @@ def test_idle_connections_do_not_hold_the_model_servers_threads(stack):
         started = time.monotonic()
         assert httpx.get(f"{stack.settings.upstream_url}/health", timeout=30).status_code == 200
         assert time.monotonic() - started < 3
+        for sock in held:
+            data, took = _answer_and_close(sock, seconds=15)
+            assert time.monotonic() - started < 10, took  # closed at the deadline, not after 75 s
     finally:
         for sock in held:
             sock.close()
