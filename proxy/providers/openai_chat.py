@@ -56,10 +56,11 @@ def normalize(body: Any) -> dict[str, Any]:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array", param="messages")
     out_messages = []
+    called: set[str] = set()  # the ids of the tool calls made so far
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in _ROLES:
             raise BadRequest(f"messages[{i}] must be an object with a valid 'role'", param=f"messages[{i}].role")
-        _check_message(m, i)
+        _check_message(m, i, called)
         if m["role"] == "developer":
             m = {**m, "role": "system"}
         out_messages.append(m)
@@ -101,8 +102,9 @@ def normalize(body: Any) -> dict[str, Any]:
     return out
 
 
-def _check_message(m: dict[str, Any], i: int) -> None:
-    """What an engine would refuse or misread (a number as content, a tool result for no call)."""
+def _check_message(m: dict[str, Any], i: int, called: set[str]) -> None:
+    """What an engine would refuse or misread (a number as content, a tool result for no call).
+    ``called``: the ids of the earlier assistant messages' tool calls (this one's are added)."""
     role, content = m["role"], m.get("content")
     nullable = role in ("assistant", "tool", "function")  # a call's turn; an empty tool output
     if not (isinstance(content, (str, list)) or (nullable and content is None)):
@@ -113,6 +115,13 @@ def _check_message(m: dict[str, Any], i: int) -> None:
                          "tool_calls", param=f"messages[{i}].function_call")
     if role == "tool" and not isinstance(m.get("tool_call_id"), str):
         raise BadRequest(f"messages[{i}].tool_call_id is required for a tool message", param=f"messages[{i}].tool_call_id")
+    if role == "tool" and m["tool_call_id"] not in called:
+        # OpenAI's 400; the engine would render it as the output of a call never made.
+        raise BadRequest(f"Invalid parameter: messages with role 'tool' must be a response to a preceding message "
+                         f"with 'tool_calls' (messages[{i}].tool_call_id {m['tool_call_id']!r} answers none).",
+                         param=f"messages[{i}].tool_call_id")
+    if role == "assistant" and isinstance(m.get("tool_calls"), list):
+        called.update(c["id"] for c in m["tool_calls"] if isinstance(c, dict) and isinstance(c.get("id"), str))
 
 
 def finish_reason(turn: Turn) -> str:

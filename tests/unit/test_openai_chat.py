@@ -71,6 +71,12 @@ def test_empty_tools_are_dropped_with_tool_choice():
     ({"messages": [{"role": "user", "content": {"a": 1}}]}, "messages[0].content"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "out"}]}, "messages[1].tool_call_id"),
+    # a tool result answering no call made before it (OpenAI's 400; the engine would render it)
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "c", "content": "out"}]},
+     "messages[1].tool_call_id"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "d", "content": "out"}]}, "messages[2].tool_call_id"),
     # the legacy function-calling fields: the engines would silently drop them
     ({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f", "parameters": {}}]}, "functions"),
     ({"messages": [{"role": "user", "content": "x"}], "function_call": "auto"}, "function_call"),
