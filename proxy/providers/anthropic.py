@@ -4,7 +4,7 @@ System prompts (string or blocks, and mid-conversation ``role: system`` messages
 image blocks, ``tool_use``/``tool_result`` (ids preserved), ``thinking`` blocks (history ->
 ``reasoning_content``; output -> a thinking block with a synthesised signature), tool choice,
 stop sequences and prefill (a final assistant turn) are translated; tools in
-``anthropic_tools``.
+``anthropic_tools``. A ``tool_result`` with ``is_error: true`` starts with ``anthropic_tools.TOOL_ERROR``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
-from proxy.providers.anthropic_tools import tool_choice, tools_of
+from proxy.providers.anthropic_tools import check_tool_results, marked, tool_choice, tools_of
 from proxy.providers.base import (
     Headers,
     Parsed,
@@ -66,7 +66,7 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
             raise BadRequest(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
         chat["messages"].extend(_message(m, i))
-    _check_tool_results(messages)
+    check_tool_results(messages)
     if messages[-1].get("role") == "assistant":  # prefill: continue the given assistant text
         chat["continue_final_message"], chat["add_generation_prompt"] = True, False
     max_tokens = opt_int(body, "max_tokens", minimum=1)
@@ -79,6 +79,8 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
             chat[dst] = body[src]
     if (top_k := opt_int(body, "top_k", minimum=1)) is not None:
         chat["top_k"] = top_k
+    if isinstance(body.get("stop_sequences"), str):  # Anthropic's 400 (OpenAI's `stop` may be one string)
+        raise BadRequest("stop_sequences: Input should be a valid list", param="stop_sequences")
     stops = stop_list(body.get("stop_sequences"), "stop_sequences")
     if stops:
         chat["stop"] = stops
@@ -197,33 +199,18 @@ def _message(m: dict[str, Any], i: int) -> list[dict[str, Any]]:
     return out
 
 
-def _check_tool_results(messages: list[dict[str, Any]]) -> None:
-    """As Anthropic answers it: every tool_result answers a tool_use of the message just before
-    (an orphan would reach the engine as a tool message answering no call)."""
-    asked: set[Any] = set()
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        if m.get("role") == "user":
-            for j, b in enumerate(blocks):
-                if b.get("type") == "tool_result" and b.get("tool_use_id") not in asked:
-                    raise BadRequest(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
-                                     f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
-                                     "corresponding `tool_use` block in the previous message.",
-                                     param=f"messages.{i}.content.{j}")
-        asked = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
-
-
 def _tool_result(block: dict[str, Any], where: str) -> tuple[str, list[dict[str, Any]]]:
     if not isinstance(block.get("tool_use_id"), str):
         raise BadRequest(f"{where}.tool_use_id: Field required", param=f"{where}.tool_use_id")
+    failed = opt_bool(block, "is_error", param=f"{where}.is_error") is True
     content = block.get("content")
     if content is None or isinstance(content, str):
-        return content or "", []
+        return marked(content or "", failed), []
     # Every block read as in a user message (text documents and search results as text, images
     # shown after the tool messages); one the engine cannot take is refused, never dropped.
     parts = [p for j, b in enumerate(_blocks(content, where)) if (p := _user_part(b, f"{where}.content.{j}"))]
-    return text_of(p for p in parts if p["type"] == "text"), [p for p in parts if p["type"] == "image_url"]
+    return (marked(text_of(p for p in parts if p["type"] == "text"), failed),
+            [p for p in parts if p["type"] == "image_url"])
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the policy gets their documented input fields as a schema; the tool calls come b
 tool's name with that input, which the harness runs as usual. ``computer_*`` needs screenshots
 a text model cannot read: refused. Server tools (web search, web fetch, code execution, ...) run
 at the vendor, not in the harness, and cannot run behind a local engine: dropped from the list.
+Tool results: each must answer a ``tool_use`` of the message before; a failed one's text is marked.
 """
 
 from __future__ import annotations
@@ -85,3 +86,32 @@ def tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
     if choice.get("disable_parallel_tool_use"):
         out["parallel_tool_calls"] = False
     return out
+
+
+def check_tool_results(messages: list[dict[str, Any]]) -> None:
+    """As Anthropic answers it: every tool_result answers a tool_use of the message just before
+    (an orphan would reach the engine as a tool message answering no call)."""
+    asked: set[Any] = set()
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        if m.get("role") == "user":
+            for j, b in enumerate(blocks):
+                if b.get("type") == "tool_result" and b.get("tool_use_id") not in asked:
+                    raise BadRequest(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                                     f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                                     "corresponding `tool_use` block in the previous message.",
+                                     param=f"messages.{i}.content.{j}")
+        asked = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
+
+
+def marked(text: str, failed: bool) -> str:
+    """A failed tool's result (``is_error: true``) as the model reads it: a chat tool message
+    has no error flag, so the text says it (Anthropic tells Claude; dropped, the policy would
+    read an error as a success)."""
+    if not failed:
+        return text
+    return f"{TOOL_ERROR}\n{text}" if text else TOOL_ERROR
+
+
+TOOL_ERROR = "Error: the tool call failed."

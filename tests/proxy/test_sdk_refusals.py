@@ -3,9 +3,12 @@ through the official SDKs and the reference model (nothing reaches the engine)."
 
 from __future__ import annotations
 
+import anthropic
 import openai
 import pytest
+from transformers import AutoTokenizer
 
+from proxy.providers.anthropic_tools import TOOL_ERROR
 from tests.proxy.test_sdks import records
 from tests.support import running_session
 
@@ -38,3 +41,34 @@ def test_a_chat_tool_message_answering_no_call_is_refused(ref_stack, history):
         messages[0], {"role": "assistant", "content": None, "tool_calls": [CALL]},
         {"role": "tool", "tool_call_id": "call_1", "content": "a.py"}])
     assert len(answered(ref_stack, key)) == 1
+
+
+def anthropic_client(stack, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=f"{stack.settings.proxy_url}/s/{key}", api_key=key, max_retries=0)
+
+
+def test_anthropic_stop_sequences_as_one_string_are_refused(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    with pytest.raises(anthropic.BadRequestError) as info:
+        anthropic_client(ref_stack, key).messages.create(
+            model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}], stop_sequences="END")
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert "stop_sequences" in info.value.message and answered(ref_stack, key) == []
+
+
+def test_an_anthropic_tool_result_marked_as_an_error_reaches_the_prompt(ref_stack, model_dir):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = anthropic_client(ref_stack, key)
+    use = {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}
+    tools = [{"name": "ls", "description": "List files", "input_schema": {"type": "object"}}]
+    for failed in (False, True):
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "No such directory",
+                  **({"is_error": True} if failed else {})}
+        sdk.messages.create(model="tiny", max_tokens=4, tools=tools, messages=[
+            {"role": "user", "content": "List the files."}, {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]}])
+    ok, failed_call = answered(ref_stack, key)
+    assert ok["prompt_ids"] != failed_call["prompt_ids"]
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    assert TOOL_ERROR not in tok.decode(ok["prompt_ids"])
+    assert f"{TOOL_ERROR}\nNo such directory" in tok.decode(failed_call["prompt_ids"])
