@@ -52,6 +52,17 @@ _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DEN
            504: "DEADLINE_EXCEEDED"}
 
 
+# generationConfig's fields (camelCase): the API's and what google-genai's GenerateContentConfig
+# sends as them, for the Gemini API and Vertex. Another name is the client's 400.
+_GENERATION_CONFIG = frozenset({
+    "stopSequences", "responseMimeType", "responseSchema", "responseJsonSchema",
+    "ResponseJsonSchema",  # (_responseJsonSchema, camelCased)
+    "responseModalities", "candidateCount", "maxOutputTokens", "temperature", "topP", "topK", "seed",
+    "presencePenalty", "frequencyPenalty", "responseLogprobs", "logprobs", "enableEnhancedCivicAnswers",
+    "speechConfig", "thinkingConfig", "imageConfig", "mediaResolution", "audioTranscriptionConfig",
+    "audioTimestamp", "routingConfig", "modelConfig", "modelSelectionConfig", "enableAffectiveDialog",
+    "responseFormat", "translationConfig"})
+
 # Values that are user data (schemas, arguments): their keys are never renamed.
 _OPAQUE = {"args", "response", "parameters", "parametersJsonSchema", "responseSchema", "responseJsonSchema",
            "labels"}
@@ -102,6 +113,10 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     cfg = body.get("generationConfig") or {}
     if not isinstance(cfg, dict):
         raise BadRequest("generationConfig must be an object", param="generationConfig")
+    unknown = sorted(set(cfg) - _GENERATION_CONFIG)
+    if unknown:  # Google's 400 (a misspelt field would otherwise be dropped unread)
+        raise BadRequest(f'Invalid JSON payload received. Unknown name "{unknown[0]}" at \'generation_config\': '
+                         "Cannot find field.", param=f"generationConfig.{unknown[0]}")
     if cfg.get("candidateCount", 1) not in (1, None):
         raise UnsupportedFeature("only candidateCount 1 is supported", param="generationConfig.candidateCount")
     for src, dst, within in (("temperature", "temperature", (0.0, 2.0)), ("topP", "top_p", (0.0, 1.0)),

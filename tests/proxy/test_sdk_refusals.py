@@ -6,6 +6,8 @@ from __future__ import annotations
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types as gt
 from transformers import AutoTokenizer
 
 from proxy.providers.anthropic_tools import TOOL_ERROR
@@ -72,3 +74,28 @@ def test_an_anthropic_tool_result_marked_as_an_error_reaches_the_prompt(ref_stac
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     assert TOOL_ERROR not in tok.decode(ok["prompt_ids"])
     assert f"{TOOL_ERROR}\nNo such directory" in tok.decode(failed_call["prompt_ids"])
+
+
+def genai_client(stack, key: str, **options) -> genai.Client:
+    return genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1), **options))
+
+
+def test_an_unknown_gemini_generation_config_field_is_refused_as_google_does(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    # what the SDK's config sends as generationConfig still passes (gemini-cli's fields among them)
+    config = gt.GenerateContentConfig(
+        temperature=1, top_p=0.95, top_k=64, max_output_tokens=4, stop_sequences=["END"], seed=3,
+        presence_penalty=0.0, frequency_penalty=0.0, candidate_count=1, response_logprobs=True, logprobs=2,
+        response_mime_type="text/plain", thinking_config=gt.ThinkingConfig(include_thoughts=True),
+        media_resolution=gt.MediaResolution.MEDIA_RESOLUTION_LOW)
+    plain = genai_client(ref_stack, key)  # (kept: a client collected mid-call is closed)
+    plain.models.generate_content(model="tiny", contents="hi", config=config)
+    assert len(answered(ref_stack, key)) == 1
+    sdk = genai_client(ref_stack, key, extra_body={"generationConfig": {"topk": 3}})  # misspelt
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", contents="hi", config=gt.GenerateContentConfig(max_output_tokens=4))
+    assert info.value.code == 400 and info.value.status == "INVALID_ARGUMENT"
+    assert info.value.message == ('Invalid JSON payload received. Unknown name "topk" at \'generation_config\': '
+                                  "Cannot find field.")
+    assert len(answered(ref_stack, key)) == 1

@@ -45,3 +45,23 @@ def test_an_anthropic_is_error_must_be_a_boolean():
     with pytest.raises(BadRequest) as info:
         A.parse(anthropic_body(messages=tool_round({"content": "x", "is_error": "yes"})))
     assert info.value.param == "messages.2.content.0.is_error"
+
+
+G = PROVIDERS["google"]
+
+
+@pytest.mark.parametrize("config", [{"topk": 3}, {"maxOutputTokens": 5, "max_tokens": 5}, {"thinking": {}}])
+def test_an_unknown_generation_config_field_is_googles_400(config):
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": config}
+    with pytest.raises(BadRequest) as info:
+        G.parse(body, path_model="m")
+    assert info.value.message.startswith("Invalid JSON payload received. Unknown name ")
+    assert G.error(info.value)["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_generation_config_fields_in_either_spelling_pass():
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generation_config": {"max_output_tokens": 5, "top_k": 2, "thinking_config": {"include_thoughts": True},
+                                  "response_mime_type": "application/json", "response_json_schema": {"type": "object"}}}
+    chat = G.parse(body, path_model="m").chat
+    assert chat["max_tokens"] == 5 and chat["top_k"] == 2 and chat["response_format"]["type"] == "json_schema"
