@@ -5,7 +5,8 @@ Input items (messages incl. ``developer``, ``function_call``/``function_call_out
 ``instructions`` becomes the system message (not carried over by ``previous_response_id``,
 whose stored history the app passes in). Flat function tools, ``namespace`` tools (flattened,
 the namespace restored on output) and ``custom`` tools (one string argument) are translated;
-hosted tools (web search, ...) cannot run on a local engine and are dropped.
+hosted tools (web search, ...) cannot run on a local engine and are dropped; MCP tools (the
+agent's own, through a server the vendor calls) and ``truncation: "auto"`` are refused.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
 
 # Built-in tools the client executes (its output items are calls the harness runs), unlike the
 # hosted ones the vendor runs; the engine has no schema for them.
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # reasoning.effort, as OpenAI documents it
 _CLIENT_BUILTINS = frozenset({"local_shell", "shell", "apply_patch", "computer_use_preview", "computer"})
 
 
@@ -178,6 +180,11 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
             # agent's own tool and the rollout would quietly be one without it.
             raise UnsupportedFeature(f"tools[{i}]: the built-in '{kind}' tool is not supported: the engine knows no "
                                      "built-in tools (declare it as a function or custom tool)", param=f"tools[{i}].type")
+        elif kind == "mcp":
+            # The harness's own tools, served by a remote MCP server the vendor calls: dropped,
+            # the rollout would quietly be one without them (as Anthropic's mcp_servers).
+            raise UnsupportedFeature(f"tools[{i}]: MCP tools are not supported: the engine calls no MCP server (run "
+                                     "MCP in the agent and declare its tools as functions)", param=f"tools[{i}].type")
         # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
     return out, namespaces, customs
 
@@ -196,6 +203,17 @@ def _check_types(body: dict[str, Any]) -> None:
         raise BadRequest("'instructions' must be a string", param="instructions")  # not dropped unread
     if body.get("truncation") not in (None, "auto", "disabled"):
         raise BadRequest("'truncation' must be 'auto' or 'disabled'", param="truncation")
+    if body.get("truncation") == "auto":
+        # OpenAI drops the oldest input items when the input overflows; here an overflow is the
+        # context error (the harness compacts), so "auto" would promise what never happens.
+        raise UnsupportedFeature("truncation 'auto' is not supported: no input items are dropped here; send "
+                                 "truncation 'disabled' (the default) and shorten the input on "
+                                 "context_length_exceeded", param="truncation")
+    if effort is not None and effort not in _EFFORTS:
+        err = BadRequest(f"Invalid value: '{effort}'. Supported values are: "
+                         f"{', '.join(repr(e) for e in _EFFORTS[:-1])}, and {_EFFORTS[-1]!r}.", param="reasoning.effort")
+        err.code = "invalid_value"
+        raise err
 
 
 def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
@@ -358,8 +376,7 @@ class OpenAIResponses(ProviderBase):
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
                 "store": parsed.extra["store"], "text": echo["text"], "top_logprobs": parsed.top_logprobs,
-                # "auto" is echoed as asked: a prompt over the context is cut by the harness's own
-                # compaction or refused with the engine's context error, never truncated silently here.
+                # ("auto" is refused: a prompt over the context is the engine's context error)
                 "truncation": echo["truncation"] or "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:

@@ -99,3 +99,21 @@ def test_an_unknown_gemini_generation_config_field_is_refused_as_google_does(ref
     assert info.value.message == ('Invalid JSON payload received. Unknown name "topk" at \'generation_config\': '
                                   "Cannot find field.")
     assert len(answered(ref_stack, key)) == 1
+
+
+@pytest.mark.parametrize("extra, code, param", [
+    ({"truncation": "auto"}, "unsupported_feature", "truncation"),
+    ({"reasoning": {"effort": "maximal"}}, "invalid_value", "reasoning.effort"),
+    ({"tools": [{"type": "mcp", "server_label": "fs", "server_url": "https://example.com/mcp",
+                 "require_approval": "never"}]}, "unsupported_feature", "tools[0].type"),
+])
+def test_what_a_responses_call_asks_for_and_cannot_get_is_refused(ref_stack, extra, code, param):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, **extra)
+    assert (info.value.code, info.value.param) == (code, param)
+    assert answered(ref_stack, key) == []
+    sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, truncation="disabled",
+                         reasoning={"effort": "low"}, tools=[{"type": "web_search"}])  # taken
+    assert len(answered(ref_stack, key)) == 1

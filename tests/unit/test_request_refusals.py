@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import BadRequest
+from proxy.errors import BadRequest, UnsupportedFeature
 from proxy.providers import PROVIDERS
 from proxy.providers.anthropic_tools import TOOL_ERROR
 
@@ -65,3 +65,26 @@ def test_generation_config_fields_in_either_spelling_pass():
                                   "response_mime_type": "application/json", "response_json_schema": {"type": "object"}}}
     chat = G.parse(body, path_model="m").chat
     assert chat["max_tokens"] == 5 and chat["top_k"] == 2 and chat["response_format"]["type"] == "json_schema"
+
+
+R = PROVIDERS["openai_responses"]
+
+
+@pytest.mark.parametrize("extra, error, param", [
+    ({"truncation": "auto"}, UnsupportedFeature, "truncation"),
+    ({"reasoning": {"effort": "extreme"}}, BadRequest, "reasoning.effort"),
+    ({"reasoning": {"effort": ""}}, BadRequest, "reasoning.effort"),
+    ({"tools": [{"type": "mcp", "server_label": "fs", "server_url": "https://x/mcp"}]}, UnsupportedFeature,
+     "tools[0].type"),
+])
+def test_what_the_responses_api_would_do_and_the_engine_cannot_is_refused(extra, error, param):
+    with pytest.raises(error) as info:
+        R.parse({"model": "m", "input": "x", **extra})
+    assert info.value.param == param and info.value.status == 400
+
+
+@pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh"])
+def test_every_documented_reasoning_effort_passes(effort):
+    chat = R.parse({"model": "m", "input": "x", "reasoning": {"effort": effort}, "truncation": "disabled",
+                    "tools": [{"type": "web_search"}]}).chat  # a hosted tool is still dropped
+    assert chat["reasoning_effort"] == effort and "tools" not in chat
