@@ -102,6 +102,7 @@ def sampling_args(body: dict, engine: ModelEngine) -> dict:
     top_k = get_int(body, "top_k", -1)
     if top_k < -1:
         raise APIError(f"'top_k' must be -1 (disable), 0 (disable) or at least 1, got {top_k}")
+    _check_unapplied(body)
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
@@ -120,6 +121,24 @@ def sampling_args(body: dict, engine: ModelEngine) -> dict:
         "ignore_eos": get_bool(body, "ignore_eos", False),
         "include_stop_str_in_output": get_bool(body, "include_stop_str_in_output", False),
     }
+
+
+def _check_unapplied(body: dict) -> None:
+    """Sampling fields this server does not apply, refused out of vLLM's ranges with vLLM's
+    words (SamplingParams' checks): what vLLM refuses must not pass here."""
+    for key in ("presence_penalty", "frequency_penalty"):
+        if not -2.0 <= (v := get_float(body, key, 0.0)) <= 2.0:
+            raise APIError(f"{key} must be in [-2, 2], got {v}.")
+    if (v := get_float(body, "repetition_penalty", 1.0)) <= 0.0:
+        raise APIError(f"repetition_penalty must be greater than zero, got {v}.")
+    if not 0.0 <= (v := get_float(body, "min_p", 0.0)) <= 1.0:
+        raise APIError(f"min_p must be in [0, 1], got {v}.")
+    min_tokens = get_int(body, "min_tokens", 0)
+    if min_tokens < 0:
+        raise APIError(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if isinstance(limit, int) and not isinstance(limit, bool) and min_tokens > limit:
+        raise APIError(f"min_tokens must be less than or equal to max_tokens={limit}, got {min_tokens}.")
 
 
 def prompt_logprobs_k(body: dict):

@@ -117,3 +117,11 @@ def test_what_a_responses_call_asks_for_and_cannot_get_is_refused(ref_stack, ext
     sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, truncation="disabled",
                          reasoning={"effort": "low"}, tools=[{"type": "web_search"}])  # taken
     assert len(answered(ref_stack, key)) == 1
+
+
+def test_a_sampling_value_vllm_refuses_is_refused_by_the_reference_engine_through_the_proxy(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    with pytest.raises(openai.BadRequestError) as info:
+        openai_client(ref_stack, key).chat.completions.create(
+            model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}], presence_penalty=2.5)
+    assert "presence_penalty must be in [-2, 2]" in info.value.message and answered(ref_stack, key) == []

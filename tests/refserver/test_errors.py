@@ -43,6 +43,13 @@ def test_malformed_json(client, path, raw):
     ({"messages": MSG, "temperature": "hot"}, "temperature"),
     ({"messages": MSG, "top_p": 0}, "top_p"),
     ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
+    # what the server does not apply is still refused out of vLLM's ranges, in its words
+    ({"messages": MSG, "presence_penalty": 2.5}, "presence_penalty must be in [-2, 2]"),
+    ({"messages": MSG, "frequency_penalty": -3}, "frequency_penalty must be in [-2, 2]"),
+    ({"messages": MSG, "repetition_penalty": 0}, "repetition_penalty must be greater than zero"),
+    ({"messages": MSG, "min_p": 1.5}, "min_p must be in [0, 1]"),
+    ({"messages": MSG, "min_tokens": -1}, "min_tokens must be greater than or equal to 0"),
+    ({"messages": MSG, "min_tokens": 5, "max_tokens": 2}, "min_tokens must be less than or equal to max_tokens=2"),
     ({"messages": MSG, "max_tokens": "3"}, "max_tokens"),
     ({"messages": MSG, "logprobs": "yes"}, "logprobs"),
     ({"messages": MSG, "stop": 5}, "stop"),
@@ -78,6 +85,7 @@ def test_unknown_model(client):
     ({"prompt": "x", "logprobs": True}, "logprobs"),
     ({"prompt": "x", "prompt_logprobs": -1}, "prompt_logprobs"),
     ({"prompt": "x", "max_tokens": 40000}, "maximum context length"),
+    ({"prompt": "x", "presence_penalty": -2.5}, "presence_penalty must be in [-2, 2]"),
 ])
 def test_completion_validation(client, body, needle):
     assert needle in check_error(post(client, "/v1/completions", body), 400)["message"]
