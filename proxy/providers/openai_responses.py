@@ -6,7 +6,10 @@ Input items (messages incl. ``developer``, ``function_call``/``function_call_out
 whose stored history the app passes in). Flat function tools, ``namespace`` tools (flattened,
 the namespace restored on output) and ``custom`` tools (one string argument) are translated;
 hosted tools (web search, ...) cannot run on a local engine and are dropped; MCP tools (the
-agent's own, through a server the vendor calls) and ``truncation: "auto"`` are refused.
+agent's own, through a server the vendor calls) are refused. ``truncation: "auto"`` is accepted
+and echoed, but no input item is ever dropped: an input over the context is the engine's context
+error, as with "disabled" (a harness compacts on it; dropping items here would rewrite the
+recorded prompt behind its back).
 """
 
 from __future__ import annotations
@@ -203,12 +206,6 @@ def _check_types(body: dict[str, Any]) -> None:
         raise BadRequest("'instructions' must be a string", param="instructions")  # not dropped unread
     if body.get("truncation") not in (None, "auto", "disabled"):
         raise BadRequest("'truncation' must be 'auto' or 'disabled'", param="truncation")
-    if body.get("truncation") == "auto":
-        # OpenAI drops the oldest input items when the input overflows; here an overflow is the
-        # context error (the harness compacts), so "auto" would promise what never happens.
-        raise UnsupportedFeature("truncation 'auto' is not supported: no input items are dropped here; send "
-                                 "truncation 'disabled' (the default) and shorten the input on "
-                                 "context_length_exceeded", param="truncation")
     if effort is not None and effort not in _EFFORTS:
         err = BadRequest(f"Invalid value: '{effort}'. Supported values are: "
                          f"{', '.join(repr(e) for e in _EFFORTS[:-1])}, and {_EFFORTS[-1]!r}.", param="reasoning.effort")
@@ -376,7 +373,7 @@ class OpenAIResponses(ProviderBase):
                 "temperature": echo["temperature"], "top_p": echo["top_p"],
                 "max_output_tokens": echo["max_output_tokens"], "metadata": echo["metadata"] or {},
                 "store": parsed.extra["store"], "text": echo["text"], "top_logprobs": parsed.top_logprobs,
-                # ("auto" is refused: a prompt over the context is the engine's context error)
+                # "auto" is echoed as asked; an input over the context is the context error (module doc)
                 "truncation": echo["truncation"] or "disabled"}
 
     def render(self, turn: Turn, parsed: Parsed) -> dict[str, Any]:

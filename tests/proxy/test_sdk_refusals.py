@@ -102,7 +102,6 @@ def test_an_unknown_gemini_generation_config_field_is_refused_as_google_does(ref
 
 
 @pytest.mark.parametrize("extra, code, param", [
-    ({"truncation": "auto"}, "unsupported_feature", "truncation"),
     ({"reasoning": {"effort": "maximal"}}, "invalid_value", "reasoning.effort"),
     ({"tools": [{"type": "mcp", "server_label": "fs", "server_url": "https://example.com/mcp",
                  "require_approval": "never"}]}, "unsupported_feature", "tools[0].type"),
@@ -114,7 +113,7 @@ def test_what_a_responses_call_asks_for_and_cannot_get_is_refused(ref_stack, ext
         sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, **extra)
     assert (info.value.code, info.value.param) == (code, param)
     assert answered(ref_stack, key) == []
-    sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, truncation="disabled",
+    sdk.responses.create(model="tiny", input="hi", max_output_tokens=16, truncation="auto",
                          reasoning={"effort": "low"}, tools=[{"type": "web_search"}])  # taken
     assert len(answered(ref_stack, key)) == 1
 

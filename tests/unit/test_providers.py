@@ -224,7 +224,7 @@ def test_responses_bad_requests(body, error):
         R.parse(body)
 
 
-@pytest.mark.parametrize("asked, echoed", [(None, "disabled"), ("disabled", "disabled")])
+@pytest.mark.parametrize("asked, echoed", [(None, "disabled"), ("disabled", "disabled"), ("auto", "auto")])
 def test_responses_echo_the_truncation_asked_for(asked, echoed):
     body = {"model": "m", "input": "x", **({"truncation": asked} if asked else {})}
     parsed = R.parse(body)

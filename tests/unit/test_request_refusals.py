@@ -71,7 +71,6 @@ R = PROVIDERS["openai_responses"]
 
 
 @pytest.mark.parametrize("extra, error, param", [
-    ({"truncation": "auto"}, UnsupportedFeature, "truncation"),
     ({"reasoning": {"effort": "extreme"}}, BadRequest, "reasoning.effort"),
     ({"reasoning": {"effort": ""}}, BadRequest, "reasoning.effort"),
     ({"tools": [{"type": "mcp", "server_label": "fs", "server_url": "https://x/mcp"}]}, UnsupportedFeature,
