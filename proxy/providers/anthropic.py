@@ -4,7 +4,7 @@ System prompts (string or blocks, and mid-conversation ``role: system`` messages
 image blocks, ``tool_use``/``tool_result`` (ids preserved), ``thinking`` blocks (history ->
 ``reasoning_content``; output -> a thinking block with a synthesised signature), tool choice,
 stop sequences and prefill (a final assistant turn) are translated; tools in
-``anthropic_tools``. A ``tool_result`` with ``is_error: true`` starts with ``anthropic_tools.TOOL_ERROR``.
+``anthropic_tools``. A ``tool_result`` with ``is_error: true`` is marked as failed (``tool_errors``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from proxy.errors import BadRequest, ContextOverflow, ProxyError, UnsupportedFeature
-from proxy.providers.anthropic_tools import check_tool_results, marked, tool_choice, tools_of
+from proxy.providers.anthropic_tools import check_tool_results, tool_choice, tools_of
 from proxy.providers.base import (
     Headers,
     Parsed,
@@ -35,6 +35,7 @@ from proxy.providers.base import (
     stop_list,
     text_of,
 )
+from proxy.providers.tool_errors import marked
 from proxy.sse import named_event
 
 NAME = "anthropic"

@@ -6,7 +6,7 @@ the policy gets their documented input fields as a schema; the tool calls come b
 tool's name with that input, which the harness runs as usual. ``computer_*`` needs screenshots
 a text model cannot read: refused. Server tools (web search, web fetch, code execution, ...) run
 at the vendor, not in the harness, and cannot run behind a local engine: dropped from the list.
-Tool results: each must answer a ``tool_use`` of the message before; a failed one's text is marked.
+Tool results: each must answer a ``tool_use`` of the message before.
 """
 
 from __future__ import annotations
@@ -103,15 +103,3 @@ def check_tool_results(messages: list[dict[str, Any]]) -> None:
                                      "corresponding `tool_use` block in the previous message.",
                                      param=f"messages.{i}.content.{j}")
         asked = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
-
-
-def marked(text: str, failed: bool) -> str:
-    """A failed tool's result (``is_error: true``) as the model reads it: a chat tool message
-    has no error flag, so the text says it (Anthropic tells Claude; dropped, the policy would
-    read an error as a success)."""
-    if not failed:
-        return text
-    return f"{TOOL_ERROR}\n{text}" if text else TOOL_ERROR
-
-
-TOOL_ERROR = "Error: the tool call failed."

@@ -38,6 +38,7 @@ from proxy.providers.base import (
     top_logprobs,
 )
 from proxy.providers.google_schema import camel, json_schema
+from proxy.providers.tool_errors import marked
 from proxy.sse import data_event
 
 NAME = "google"
@@ -240,11 +241,14 @@ def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]])
     elif call_id is None:
         call_id = queue.pop(0) if queue else f"call_{name}"
     response = fr.get("response")
+    failed = False
     if isinstance(response, dict) and set(response) <= {"output", "error"} and response:
+        failed = "output" not in response  # {"error": ...}: the call failed (gemini-cli's shape for it)
         value = response.get("output", response.get("error"))
     else:
         value = response
-    return {"role": "tool", "tool_call_id": call_id, "content": value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return {"role": "tool", "tool_call_id": call_id, "content": marked(text, failed)}
 
 
 def _media(p: dict[str, Any], where: str) -> dict[str, Any]:

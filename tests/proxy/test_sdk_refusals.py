@@ -10,7 +10,7 @@ from google import genai
 from google.genai import types as gt
 from transformers import AutoTokenizer
 
-from proxy.providers.anthropic_tools import TOOL_ERROR
+from proxy.providers.tool_errors import TOOL_ERROR
 from tests.proxy.test_sdks import records
 from tests.support import running_session
 
@@ -79,6 +79,20 @@ def test_an_anthropic_tool_result_marked_as_an_error_reaches_the_prompt(ref_stac
 def genai_client(stack, key: str, **options) -> genai.Client:
     return genai.Client(api_key=key, http_options=gt.HttpOptions(
         base_url=f"{stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1), **options))
+
+
+def test_a_gemini_function_response_with_an_error_reaches_the_prompt_marked(ref_stack, model_dir):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai_client(ref_stack, key)
+    call = gt.Part(function_call=gt.FunctionCall(name="ls", args={}))
+    for response in ({"output": "No such directory"}, {"error": "No such directory"}):  # gemini-cli's two shapes
+        sdk.models.generate_content(model="tiny", config=gt.GenerateContentConfig(max_output_tokens=4), contents=[
+            gt.Content(role="user", parts=[gt.Part(text="List the files.")]), gt.Content(role="model", parts=[call]),
+            gt.Content(role="user", parts=[gt.Part(function_response=gt.FunctionResponse(name="ls", response=response))])])
+    ok, failed_call = answered(ref_stack, key)
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    assert TOOL_ERROR not in tok.decode(ok["prompt_ids"])
+    assert f"{TOOL_ERROR}\nNo such directory" in tok.decode(failed_call["prompt_ids"])
 
 
 def test_an_unknown_gemini_generation_config_field_is_refused_as_google_does(ref_stack):

@@ -14,6 +14,7 @@ from proxy.errors import BadRequest, UnsupportedFeature
 from proxy.providers import PROVIDERS, ToolCall, Turn
 from proxy.providers.google_schema import json_schema
 from proxy.providers.openai_responses import encrypt_reasoning
+from proxy.providers.tool_errors import TOOL_ERROR
 
 A, R, G = PROVIDERS["anthropic"], PROVIDERS["openai_responses"], PROVIDERS["google"]
 TOOL = {"name": "bash", "description": "run", "input_schema": {"type": "object"}}
@@ -272,7 +273,8 @@ def test_gemini_ids_are_preserved_or_synthesised_consistently():
     msgs = parsed.chat["messages"]
     ids = [c["id"] for c in msgs[1]["tool_calls"]]
     assert ids == ["call_1_1", "call_1_2", "given"] and msgs[1]["reasoning_content"] == "plan"
-    assert [(m["tool_call_id"], m["content"]) for m in msgs[2:]] == [("given", "x"), ("call_1_1", "A"), ("call_1_2", "no")]
+    assert [(m["tool_call_id"], m["content"]) for m in msgs[2:]] == [("given", "x"), ("call_1_1", "A"),
+                                                                 ("call_1_2", f"{TOOL_ERROR}\nno")]
 
 
 def test_gemini_consecutive_model_contents_are_one_assistant_turn():

@@ -7,7 +7,7 @@ import pytest
 
 from proxy.errors import BadRequest, UnsupportedFeature
 from proxy.providers import PROVIDERS
-from proxy.providers.anthropic_tools import TOOL_ERROR
+from proxy.providers.tool_errors import TOOL_ERROR
 
 A = PROVIDERS["anthropic"]
 
@@ -57,6 +57,20 @@ def test_an_unknown_generation_config_field_is_googles_400(config):
         G.parse(body, path_model="m")
     assert info.value.message.startswith("Invalid JSON payload received. Unknown name ")
     assert G.error(info.value)["error"]["status"] == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("response, text", [
+    ({"error": "no such file"}, f"{TOOL_ERROR}\nno such file"),
+    ({"error": {"code": 2}}, f'{TOOL_ERROR}\n{{"code": 2}}'),
+    ({"output": "3 files"}, "3 files"),
+    ({"output": "partial", "error": "timed out"}, "partial"),
+    ({"files": 3}, '{"files": 3}'),
+])
+def test_a_gemini_function_response_with_an_error_is_marked_in_the_tool_message(response, text):
+    body = {"contents": [{"role": "user", "parts": [{"text": "ls"}]},
+                         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
+                         {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": response}}]}]}
+    assert G.parse(body, path_model="m").chat["messages"][-1]["content"] == text
 
 
 def test_generation_config_fields_in_either_spelling_pass():
