@@ -199,7 +199,9 @@ class RolloutClient:
           waiting for that session (a GRPO group) learns that it will not come.
         - When Redis goes away the iterator waits and reconnects with back-off (re-reading its
           own unacked entries first: nothing is skipped, nothing it holds is yielded again)
-          instead of ending."""
+          instead of ending.
+        - A group created by this call starts at the stream's oldest entry: entries trimmed before
+          it existed never come (a warning, and ``missed_entries(group)``)."""
         if not self.redis_url:
             raise ValueError("results() needs redis_url")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -317,6 +319,12 @@ class RolloutClient:
         group was open (``trainers.stream_groups``), after noting ``add`` (a session) when given;
         kept in Redis, so a restart still closes the group without them."""
         return self._stream().lost_sessions(group, task_id, add)
+
+    def missed_entries(self, group: str) -> int | None:
+        """How many stream entries the consumer group can never read: trimmed from the stream
+        (``POLAR_RESULTS_STREAM_MAXLEN``) before its first ``results()`` created it (logged as a
+        warning then). 0 when none, None when the server could not tell (Redis < 7)."""
+        return self._stream().missed(group)
 
     def task_closed(self, group: str, task_id: str, registered_at: float | None = None) -> bool:
         """Whether the consumer group has taken ``task_id``'s group -- the group of the task a

@@ -163,6 +163,14 @@ def results_alive(group: str, consumer: str) -> str:
     return f"{PREFIX}:results:alive:{group}:{consumer}"
 
 
+def results_missed(group: str) -> str:
+    """Hash written once, when the results iterator created consumer group ``group`` on a stream
+    already trimmed: ``entries`` it can never read (removed before it existed; "?" when the server
+    cannot tell, Redis < 7), ``first_kept`` (the oldest entry it starts from), ``max_deleted``,
+    ``at``. Deleted with nothing else: the group's history."""
+    return f"{PREFIX}:results:missed:{group}"
+
+
 def results_closed_tasks(group: str) -> str:
     """Sorted set: task ids whose GRPO group a consumer group's ``iter_groups`` has yielded (score =
     the task's ``created_at``, or when it was closed where that is unknown), so a session of that

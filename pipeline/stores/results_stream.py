@@ -156,13 +156,39 @@ class ResultsStream:
 
     # --- consumer ----------------------------------------------------------------------------
 
-    def ensure_group(self, group: str) -> None:
-        try:
-            # id=0: entries published before the group existed are delivered too.
-            self._r.xgroup_create(self.stream, group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+    def ensure_group(self, group: str) -> int | None:
+        """Create ``group`` unless it exists. id=0: entries published before the group existed are
+        delivered too -- except those already trimmed away. When this call created the group on a
+        stream that had lost entries, returns how many (also logged and kept: ``missed``); else 0,
+        or None when the server cannot tell (Redis < 7: no ``entries-added``)."""
+        pipe = self._r.pipeline(transaction=True)  # the count and the group's start: one instant
+        pipe.xgroup_create(self.stream, group, id="0", mkstream=True)
+        pipe.xinfo_stream(self.stream)
+        created, info = pipe.execute(raise_on_error=False)
+        if isinstance(created, Exception):
+            if "BUSYGROUP" not in str(created):
+                raise created
+            return 0
+        if isinstance(info, Exception):
+            raise info
+        missed, first = missed_before(info), text(info["first-entry"][0]) if info.get("first-entry") else "-"
+        if missed == 0:
+            self._r.delete(keys.results_missed(group))  # (an earlier group of that name's)
+        else:
+            self._r.hset(keys.results_missed(group), mapping={
+                "entries": "?" if missed is None else missed, "first_kept": first, "at": repr(time.time()),
+                "max_deleted": text(info.get("max-deleted-entry-id") or b"?")})
+        if missed:
+            log.warning("results stream: consumer group %s was created after %d entries had been trimmed from the "
+                        "stream (it starts at %s): it will never read them; their sessions' results are in the "
+                        "results directory (POLAR_RESULTS_DIR) and GET /rollout/session/<id>", group, missed, first)
+        return missed
+
+    def missed(self, group: str) -> int | None:
+        """How many entries were gone from the stream when ``group`` was created (``ensure_group``):
+        0 when none (or the group does not exist yet), None when the server could not tell."""
+        v = self._r.hget(keys.results_missed(group), "entries")
+        return 0 if v is None else None if v == b"?" else int(v)
 
     def read(self, group: str, consumer: str, *, pending: bool, count: int = 16,
              block_ms: int | None = 1000, after: str = "0") -> list[StreamEntry]:
@@ -369,6 +395,15 @@ def _entry(reply: Any) -> StreamEntry | None:
         except Exception:  # undecodable: the consumer dead-letters it
             session_id = b""
     return StreamEntry(text(entry_id), text(session_id), data, task_id=text(fields.get(b"task_id") or b""))
+
+
+def missed_before(info: Any) -> int | None:
+    """Entries removed from a stream (trimmed, deleted), from its XINFO STREAM: what a consumer
+    group created now at id 0 never sees. None before Redis 7 (no ``entries-added``) when the
+    stream holds anything: it cannot be told then."""
+    if info.get("entries-added") is not None:
+        return max(0, int(info["entries-added"]) - int(info["length"]))
+    return 0 if text(info.get("last-generated-id") or b"0-0") == "0-0" else None
 
 
 def _parse_id(entry_id: str) -> tuple[int, int]:

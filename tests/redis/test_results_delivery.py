@@ -388,3 +388,4 @@ def test_a_beat_outlives_the_beats_between_it_and_the_next(r):
     stream = ResultsStream(r)
     stream.beat("g", "fast", 10)
     assert r.pttl(keys.results_alive("g", "fast")) > 100
+
