@@ -45,3 +45,82 @@ def test_missed_entries_cannot_be_told_before_redis_7():
     assert missed_before({"length": 3, "last-generated-id": b"5-0", "first-entry": (b"3-0", {})}) is None
     assert missed_before({"length": 0, "last-generated-id": b"0-0"}) == 0
     assert missed_before({"length": 3, "entries-added": 5, "max-deleted-entry-id": b"2-0"}) == 2
+
+
+HOLDER = """
+import sys, time
+from pipeline.client import RolloutClient
+url, name, idle, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+it = RolloutClient("http://unused", redis_url=url).results(group="g", consumer=name, block_ms=50,
+                                                            claim_idle_ms=idle, count=n + 2)
+for _ in range(n):
+    print(next(it).result.session_id, flush=True)
+import redis
+from pipeline import keys
+while not redis.Redis.from_url(url).exists(keys.results_alive("g", name)):
+    time.sleep(0.01)  # (the first beat, from a thread of the iterator's)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def _killed_holding(redis_url: str, name: str, claim_idle_ms: int, n: int) -> list[str]:
+    """A trainer process that takes ``n`` results (and reads two more ahead), then is killed -9."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, redis_url, name, str(claim_idle_ms), str(n)],
+                            stdout=subprocess.PIPE, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert proc.stdout is not None
+    taken = []
+    try:
+        for line in proc.stdout:
+            if line.strip() == "holding":
+                break
+            taken.append(line.strip())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    return taken
+
+
+def test_a_killed_consumer_restarted_under_its_name_gets_its_pending_entries_at_once(r, redis_url):
+    """Its own pending entries are re-read (XREADGROUP 0) on start: neither its beat, still there
+    for its claim_idle_ms, nor any idle time is waited for."""
+    stream = ResultsStream(r)
+    publish(stream, *[f"s{i}" for i in range(5)])
+    taken = _killed_holding(redis_url, "rank0", 600_000, 2)
+    assert taken == ["s0", "s1"] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 4
+    assert r.exists(keys.results_alive("g", "rank0"))  # its beat outlives it: 10 minutes
+    got = []
+    for item in client(redis_url).results(group="g", consumer="rank0", block_ms=20, claim_idle_ms=600_000,
+                                          stop_after=0.2):
+        got.append((item.result.session_id, item.deliveries))
+        item.ack()
+    assert got == [("s0", 2), ("s1", 2), ("s2", 1), ("s3", 1), ("s4", 1)]
+
+
+def test_another_consumer_waits_for_a_killed_ones_beat_then_its_own_claim_idle_ms(r, redis_url):
+    """The bound on another consumer's wait for a killed one's entries: its beat lapses within the
+    killed consumer's claim_idle_ms (D), and then the entries are claimed once idle the claimer's
+    own (I), at its next claim round (every I / 2): at most max(D, I) + I / 2 after the kill."""
+    stream = ResultsStream(r)
+    publish(stream, *[f"s{i}" for i in range(4)])
+    dead_ms, own_ms = 600_000, 1_000
+    taken = _killed_holding(redis_url, "dead", dead_ms, 2)
+    assert taken == ["s0", "s1"]
+    beat = keys.results_alive("g", "dead")
+    assert 0 < r.pttl(beat) <= dead_ms  # D: the longest the beat can outlive the kill
+    ids = [e[0] for e in r.xrange(keys.RESULTS_STREAM)]
+    r.xclaim(keys.RESULTS_STREAM, "g", "dead", 0, ids, idle=10 * dead_ms, justid=True)  # (idle for ages)
+    assert stream.claim_stale("g", "other", 0) == []  # beating: nothing claimed, whatever the idle time
+    r.delete(beat)  # (the beat lapsed: what D of waiting does)
+    r.xclaim(keys.RESULTS_STREAM, "g", "dead", 0, ids, idle=own_ms - 100, justid=True)
+    assert stream.claim_stale("g", "other", own_ms) == []  # not idle I yet
+    r.xclaim(keys.RESULTS_STREAM, "g", "dead", 0, ids, idle=own_ms, justid=True)
+    got = sorted(e.session_id for e in stream.claim_stale("g", "other", own_ms))
+    assert got == ["s0", "s1", "s2", "s3"]  # idle I, no beat: all of it, the read-ahead too
