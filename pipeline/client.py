@@ -326,6 +326,10 @@ class RolloutClient:
         warning then). 0 when none, None when the server could not tell (Redis < 7)."""
         return self._stream().missed(group)
 
+    def live_consumers(self, group: str) -> list[str]:
+        """The consumers of the consumer group with an open ``results()`` iterator (their beat)."""
+        return self._stream().live_consumers(group)
+
     def task_closed(self, group: str, task_id: str, registered_at: float | None = None) -> bool:
         """Whether the consumer group has taken ``task_id``'s group -- the group of the task a
         session ``registered_at`` then belongs to: a task id may be submitted again once its first

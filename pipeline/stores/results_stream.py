@@ -157,10 +157,9 @@ class ResultsStream:
     # --- consumer ----------------------------------------------------------------------------
 
     def ensure_group(self, group: str) -> int | None:
-        """Create ``group`` unless it exists. id=0: entries published before the group existed are
-        delivered too -- except those already trimmed away. When this call created the group on a
-        stream that had lost entries, returns how many (also logged and kept: ``missed``); else 0,
-        or None when the server cannot tell (Redis < 7: no ``entries-added``)."""
+        """Create ``group`` unless it exists, at id 0 (entries published before it are delivered
+        too, but not those trimmed already): returns how many were (logged, kept: ``missed``) when
+        this call created it, else 0; None when the server cannot tell (Redis < 7)."""
         pipe = self._r.pipeline(transaction=True)  # the count and the group's start: one instant
         pipe.xgroup_create(self.stream, group, id="0", mkstream=True)
         pipe.xinfo_stream(self.stream)
@@ -239,6 +238,14 @@ class ResultsStream:
 
     def stop_beating(self, group: str, consumer: str) -> None:
         self._r.delete(keys.results_alive(group, consumer))
+
+    def live_consumers(self, group: str) -> list[str]:
+        """The consumers of ``group`` whose iterator beats (open, or killed within its claim_idle_ms)."""
+        try:
+            names = [text(c["name"]) for c in self._r.xinfo_consumers(self.stream, group)]
+        except redis.ResponseError:  # no stream or no such group yet
+            return []
+        return [name for name, beats in zip(names, self._beating(group, names)) if beats]
 
     def _beating(self, group: str, consumers: list[str]) -> list[bool]:
         if not consumers:

@@ -17,7 +17,8 @@ answers 5xx, the loop waits and retries, as ``results()`` does for Redis, rather
 
 One consumer per consumer group: a consumer group spreads its entries over its consumers, so
 two consumers of one group would each hold part of a task's sessions and neither could close
-it. Give each trainer process its own consumer group (and expect each to see every group).
+it. Give each trainer process its own consumer group (and expect each to see every group); a
+second live consumer of the group is named in an error log at each new task.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
     closed: dict[str, float | None] = {}  # groups already yielded -> their task's created_at (their late
     #   sessions are dropped; a later task under the same id is not); the newest kept
     lost: dict[str, int] = {}  # task -> its sessions whose entries were dead-lettered (they will not come)
+    shared: set[str] = set()  # other live consumers of the consumer group, warned about
     for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after,
                                dead_letters=True):
         if item.dead_letter is not None:
@@ -65,6 +67,7 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
         if task_id in closed and not same_task(closed[task_id], registered_at):
             del closed[task_id]  # the id was submitted again, once its first task expired: a new group
         if task_id not in closed and task_id not in sizes:
+            _warn_if_shared(client, group, consumer, shared)
             if _size_known(client, group, task_id, min_usable, sizes, registered_at):
                 lost[task_id] = client.lost_sessions(group, task_id)  # (dead-lettered before a restart)
             else:
@@ -83,6 +86,18 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
         log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
                     "hold their other sessions): %s", group, consumer,
                     {t: f"{len(d)}/{sizes[t][0]}" for t, d in held.items()})
+
+
+def _warn_if_shared(client: Any, group: str, consumer: str, warned: set[str]) -> None:
+    """Say so when another consumer of the consumer group reads too (checked at each new task):
+    the two split each task's sessions, and neither may ever close a group -- a silent wait for
+    ever without ``stop_after``."""
+    others = set(client.live_consumers(group)) - {consumer} - warned
+    if others:
+        warned.update(others)
+        log.error("iter_groups(%s/%s): consumer group %s is also read by %s: each consumer gets part of a task's "
+                  "sessions, and a group whose sessions are split waits for ever. iter_groups needs one consumer per "
+                  "consumer group: give each trainer process its own group", group, consumer, group, sorted(others))
 
 
 def _take(client: Any, group: str, task_id: str, held: dict[str, list[Any]], usable_count: dict[str, int],

@@ -4,6 +4,7 @@ group's entries are acked, and what survives a consumer restart; and the client'
 from __future__ import annotations
 
 import logging
+import time
 
 import httpx
 import pytest
@@ -256,3 +257,21 @@ def test_a_group_whose_step_keeps_failing_is_still_dead_lettered(client, r):
     dead = r.xrange(keys.RESULTS_DEAD_LETTER)
     assert len(dead) == 2 and all(b"max_deliveries=2" in d[1][b"reason"] for d in dead)
     assert list(groups(client)) == [] and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+
+
+def test_a_second_consumer_in_the_consumer_group_is_reported_not_waited_on_silently(client, r, caplog):
+    """Two trainer processes in one consumer group split a task's sessions: neither closes the
+    group (nor yields it partial, nor twice), and without stop_after both waited for ever without
+    a word. Each new task now checks for another live consumer and says so."""
+    submit(client, "t", 2)
+    publish(r, "t", "a0")
+    other = client.results(group="g", consumer="rank1", block_ms=50)
+    assert next(other).result.session_id == "a0"  # rank1 holds one of t's two sessions
+    deadline = time.monotonic() + 10
+    while not r.exists(keys.results_alive("g", "rank1")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # (its first beat comes from a thread of its own)
+    publish(r, "t", "a1")
+    with caplog.at_level(logging.ERROR, logger="polar.trainers"):
+        assert list(iter_groups(client, group="g", consumer="rank0", block_ms=50, stop_after=0.3)) == []
+    assert "consumer group g is also read by ['rank1']" in caplog.text
+    other.close()  # (its beat ends: its entry is rank0's once idle)
