@@ -35,6 +35,7 @@ from pipeline.stores.results_stream import ResultsStream, StreamEntry
 log = logging.getLogger("polar.client")
 RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 30.0
 PENDING_PAGE = 256  # unacked entries re-read per round trip at a (re)start
+CLAIM_PAGE = 100  # a dead consumer's entries claimed per round trip (all of them, page after page)
 
 
 class RolloutError(Exception):
@@ -288,7 +289,10 @@ class RolloutClient:
                 while True:
                     if time.monotonic() - last_claim >= claim_every:
                         last_claim = time.monotonic()
-                        yield from deliver(stream.claim_stale(group, consumer, claim_idle_ms))
+                        while claimed := stream.claim_stale(group, consumer, claim_idle_ms, CLAIM_PAGE):
+                            yield from deliver(claimed)  # a full page: a dead consumer may hold more
+                            if len(claimed) < CLAIM_PAGE:
+                                break
                     while nacked:
                         again, nacked[:] = list(nacked), []
                         yield from deliver(stream.reclaim(group, consumer, again))

@@ -124,3 +124,19 @@ def test_another_consumer_waits_for_a_killed_ones_beat_then_its_own_claim_idle_m
     r.xclaim(keys.RESULTS_STREAM, "g", "dead", 0, ids, idle=own_ms, justid=True)
     got = sorted(e.session_id for e in stream.claim_stale("g", "other", own_ms))
     assert got == ["s0", "s1", "s2", "s3"]  # idle I, no beat: all of it, the read-ahead too
+
+
+def test_another_consumer_takes_all_of_a_dead_ones_entries_in_one_claim_round_not_a_hundred(r, redis_url):
+    """claim_stale takes 100 entries a call, and the iterator called it once per claim_idle_ms / 2:
+    a dead trainer that held 250 (iter_groups fills many groups) took three rounds -- 7.5 min at
+    the default 300 s, not the bound above. A full page is followed by the next at once."""
+    stream = ResultsStream(r)
+    sids = [f"s{i:03d}" for i in range(250)]
+    publish(stream, *sids)
+    stream.ensure_group("g")
+    ids = [e.entry_id for e in stream.read("g", "dead", pending=False, count=250, block_ms=None)]
+    r.xclaim(keys.RESULTS_STREAM, "g", "dead", 0, ids, idle=600_000, justid=True)  # dead, no beat, idle long
+    got = [i.result.session_id for i in client(redis_url).results(group="g", consumer="other", block_ms=20,
+                                                                  claim_idle_ms=600_000, stop_after=0.5)
+           if not i.ack()]
+    assert sorted(got) == sids  # one claim round (the next would be 300 s later)
