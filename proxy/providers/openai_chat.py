@@ -113,15 +113,19 @@ def _check_message(m: dict[str, Any], i: int, called: set[str]) -> None:
     if m.get("function_call") is not None:  # the engines read tool_calls only: the model would never see it
         raise BadRequest(f"messages[{i}].function_call (deprecated) is not supported here: send the call as "
                          "tool_calls", param=f"messages[{i}].function_call")
-    if role == "tool" and not isinstance(m.get("tool_call_id"), str):
-        raise BadRequest(f"messages[{i}].tool_call_id is required for a tool message", param=f"messages[{i}].tool_call_id")
-    if role == "tool" and m["tool_call_id"] not in called:
-        # OpenAI's 400; the engine would render it as the output of a call never made.
-        raise BadRequest(f"Invalid parameter: messages with role 'tool' must be a response to a preceding message "
-                         f"with 'tool_calls' (messages[{i}].tool_call_id {m['tool_call_id']!r} answers none).",
-                         param=f"messages[{i}].tool_call_id")
-    if role == "assistant" and isinstance(m.get("tool_calls"), list):
-        called.update(c["id"] for c in m["tool_calls"] if isinstance(c, dict) and isinstance(c.get("id"), str))
+    if role == "tool":
+        call_id = m.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise BadRequest(f"messages[{i}].tool_call_id is required for a tool message",
+                             param=f"messages[{i}].tool_call_id")
+        if call_id not in called:  # OpenAI's 400; the engine would render it as the output of a call never made
+            raise BadRequest(f"Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                             f"message with 'tool_calls' (messages[{i}].tool_call_id {call_id!r} answers none).",
+                             param=f"messages[{i}].tool_call_id")
+    elif role == "assistant" and isinstance(calls := m.get("tool_calls"), list):
+        for call in calls:  # (a loop, not a generator: this runs for every turn of a long conversation)
+            if isinstance(call, dict) and isinstance(call_id := call.get("id"), str):
+                called.add(call_id)
 
 
 def finish_reason(turn: Turn) -> str:
