@@ -43,10 +43,10 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``make test``'s ``-n N --dist loadgroup``: a module's tests run in one process, and so do all
-    the modules of one ``xdist_group`` (those sharing a costly session fixture, such as the stack
-    with the six harness CLIs), so a module- or session-wide stack is started once rather than
-    once per process. (xdist's own loadgroup sends every ungrouped test anywhere.)"""
+    """``make test``'s ``-n N --dist loadgroup``: a module's tests run in one process (its module
+    fixtures start once), and so do all the modules of one ``xdist_group``: those sharing a session
+    fixture too costly to start in each process, such as the stack with the six harness CLIs.
+    (xdist's own loadgroup sends every ungrouped test anywhere.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
