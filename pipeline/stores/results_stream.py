@@ -375,7 +375,8 @@ class ResultsStream:
                 "trims_held_back": int(held or 0), "backlog_over_maxlen": int(backlog or 0),
                 "groups": {text(g["name"]): {"pending": int(g["pending"]), "consumers": int(g["consumers"]),
                                              "lag": None if g.get("lag") is None else int(g["lag"]),
-                                             "last_delivered_id": text(g["last-delivered-id"])} for g in groups}}
+                                             "last_delivered_id": text(g["last-delivered-id"]),
+                                             "missed_entries": self.missed(text(g["name"]))} for g in groups}}
 
     def lag(self, group: str) -> int | None:
         for g in self._r.xinfo_groups(self.stream):

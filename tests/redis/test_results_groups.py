@@ -28,6 +28,7 @@ def test_a_group_created_after_the_stream_was_trimmed_reports_what_it_missed(r, 
                if not i.ack()]
     missed = 3 * TRIM_SLACK + 1 - kept
     assert len(got) == kept and c.missed_entries("late") == missed
+    assert stream.stats()["groups"]["late"]["missed_entries"] == missed  # (GET /rollout/status shows it)
     assert f"consumer group late was created after {missed} entries had been trimmed" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="polar.results"):  # a restart of the group: no new warning
