@@ -52,6 +52,15 @@ BODY_MIN_RATE = 500  # bytes a second a body must keep up after its grace (as th
 HEAD_GATHER_MAX = 1 << 20  # more than any head gunicorn's limits let through: the parser refuses it
 
 
+def _send_408(sock: socket.socket, message: str) -> None:
+    """A 408 in JSON on a connection nothing was answered on yet: its send buffer is empty, so
+    this never waits (and a client already gone is no error)."""
+    try:
+        sock.send(error_response(408, message), getattr(socket, "MSG_DONTWAIT", 0))
+    except OSError:
+        pass
+
+
 class _Deadlines:
     """The connections whose request body a worker thread is waiting to read, each with the time
     it must have arrived by. A thread blocked past it is freed from a watcher thread: the client
@@ -74,10 +83,7 @@ class _Deadlines:
             late = [k for k, (deadline, _, _) in self._due.items() if deadline <= now]
             expired = [self._due.pop(k) for k in late]
         for _, sock, message in expired:
-            try:  # nothing was answered yet: the send buffer is empty, so this never waits
-                sock.send(error_response(408, message), getattr(socket, "MSG_DONTWAIT", 0))
-            except OSError:
-                pass
+            _send_408(sock, message)
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -188,11 +194,7 @@ class JsonErrorThreadWorker(ThreadWorker):
         return "late" if now >= due else "wait"
 
     def _refuse_late(self, conn: Any) -> None:
-        try:  # nothing was answered on it yet: the send buffer is empty, so this never waits
-            conn.sock.send(error_response(408, f"the request's headers did not arrive within {self.head_seconds:g} s"),
-                           getattr(socket, "MSG_DONTWAIT", 0))
-        except OSError:
-            pass
+        _send_408(conn.sock, f"the request's headers did not arrive within {self.head_seconds:g} s")
 
     def murder_pending(self) -> None:
         """gthread's (connections silent past the keep-alive timeout), and connections whose
