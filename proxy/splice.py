@@ -21,10 +21,9 @@ messages -- is not spliced.
 Turns are recorded per session as ``Entry``s (``stores/turns``-style hash: field ``key|completion``,
 kept by the proxy in its release round trip): the ids a successor starts from, as a delta on the
 turn they themselves were spliced from, so a conversation costs its length once, not once per
-call. Messages are compared as parsed messages: role, content (whitespace at the ends aside),
-tool calls by name and arguments as JSON values (ids aside; an integral float as its
-integer, as a JavaScript harness sends it back), tool results; the reasoning of an
-assistant turn must equal the sampled one when the harness sends it back, and may be missing.
+call. Messages are compared as parsed messages (``pipeline/canonical_messages.py``, shared with
+the prefix-merging builder); the reasoning of an assistant turn must equal the sampled one when
+the harness sends it back, and may be missing.
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ from typing import Any, Iterable
 
 import msgpack
 import numpy as np
+
+from pipeline.canonical_messages import canonical, reasoning_of
 
 
 class SpliceMode(str, Enum):
@@ -58,61 +59,7 @@ NO_END_OF_TURN = "the recorded turn was cut before its end-of-turn token and non
 BOUNDARY = "the template's rendering of the new messages could not be cut after the recorded turn"
 
 
-# --- comparing messages ------------------------------------------------------------------------
-
-def _text(content: Any) -> Any:
-    """Content as compared: text parts joined (a string and a list of text parts render alike),
-    other parts (images) as they are; whitespace at the ends aside."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content.strip()
-    if isinstance(content, list):
-        if all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            return "".join(str(p.get("text", "")) for p in content).strip()
-        return [p for p in content]
-    return content
-
-
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return _same_numbers(json.loads(raw))
-        except ValueError:
-            return raw  # not JSON: compared as the text it is
-    return _same_numbers(raw)
-
-
-def _same_numbers(value: Any) -> Any:
-    """JSON values as a JavaScript harness sends them back: it has one number type, so the
-    policy's ``30.0`` comes back ``30`` (the six CLIs are Node programs); an integral float is
-    compared as the integer."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _same_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_same_numbers(v) for v in value]
-    return value
-
-
-def canonical(message: dict[str, Any], *, with_reasoning: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.get("role"), "content": _text(message.get("content"))}
-    if message.get("tool_calls"):
-        out["tool_calls"] = [{"name": (c.get("function") or {}).get("name"),
-                              "arguments": _arguments((c.get("function") or {}).get("arguments"))}
-                             for c in message["tool_calls"] if isinstance(c, dict)]
-    if message.get("role") == "tool" and message.get("name"):
-        out["name"] = message["name"]
-    if with_reasoning:
-        out["reasoning"] = reasoning_of(message)
-    return out
-
-
-def reasoning_of(message: dict[str, Any]) -> str:
-    value = message.get("reasoning_content") or message.get("reasoning") or ""
-    return value.strip() if isinstance(value, str) else ""
-
+# --- keys ---------------------------------------------------------------------------------------
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
