@@ -17,6 +17,12 @@ after ``Pk``. They differ exactly when the next prompt re-renders an earlier sam
 differently (re-tokenisation at a boundary, reasoning stripped from history). Each turn records
 whether its training context equals the prompt it was sampled from; ``strict=True`` starts a
 new chain instead of merging a turn whose context would drift.
+
+A rewritten turn is no drift: when the next request shows the sampled turn as another message
+(opencode sends a call to an unknown tool back as a call to ``invalid``), the harness edited the
+history and the policy went on from a turn it never sampled. Such a completion starts a new
+chain (the paper's "prompt rewriting"), whatever ``strict`` says: merged, every later turn of
+the chain was trained after a context it was not sampled in.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pydantic import TypeAdapter
 
 from pipeline.builders.base import BuildContext, BuildError, sampling_of
 from pipeline.builders.tip_index import Node, TipIndex
+from pipeline.canonical_messages import same_assistant_turn as _same_turn
 from pipeline.collector import collector_paused
 from pipeline.schemas import CompletionRecord, TokenLogprob, Trace, Trajectory
 
@@ -87,6 +94,7 @@ class _Stats:
     truncated_turns: int = 0  # merged turns that were cut by max tokens
     drifted_turns: int = 0  # merged turns whose training context differs from their prompt
     strict_splits: int = 0  # chains started instead of merging a drifting turn
+    rewrite_splits: int = 0  # chains started where the harness sent a sampled turn back rewritten
     no_eot_breaks: int = 0  # a matching tip whose next prompt has no end-of-turn token
     generation_tail_merges: int = 0  # turns merged past a generation prompt the next prompt drops
     extra: dict[str, Any] = field(default_factory=dict)
@@ -152,6 +160,9 @@ class PrefixMergingBuilder:
         interstitial = tail[end + 1:] if closed else tail[end:]
         sampled = last.response_ids if shared is None else last.prompt_ids[shared:] + last.response_ids
         matches = rerendered == sampled
+        if not matches and shared is None and _rewritten(last, c):
+            stats.rewrite_splits += 1
+            return False
         if not matches and self.strict:
             stats.strict_splits += 1
             return False
@@ -234,17 +245,17 @@ def _tail_chain(tips: TipIndex[_Chain], probe: Any, c: CompletionRecord, eot: in
     return (best, shared) if best is not None else (None, None)
 
 
-def _same_turn(a: Any, b: Any) -> bool:
-    """Whether two assistant messages are the same turn (text and tool calls; ids and extra
-    fields a harness adds when echoing are ignored)."""
-    if not isinstance(a, dict) or not isinstance(b, dict) or a.get("role") != "assistant":
+def _rewritten(prev: CompletionRecord, c: CompletionRecord) -> bool:
+    """Whether ``c``'s request shows ``prev``'s sampled turn as another assistant message (a
+    harness's edit). Without messages to compare (a raw token request), no: a drift, as before."""
+    messages = c.normalized_request.get("messages") or []
+    before = prev.normalized_request.get("messages") or []
+    echoed = messages[len(before)] if len(messages) > len(before) else None
+    sampled = prev.response_message
+    if not isinstance(echoed, dict) or not isinstance(sampled, dict) or \
+            echoed.get("role") != "assistant" or sampled.get("role") != "assistant":
         return False
-
-    def calls(m: dict[str, Any]) -> list[tuple[Any, Any]]:
-        return [((t.get("function") or {}).get("name"), (t.get("function") or {}).get("arguments"))
-                for t in m.get("tool_calls") or [] if isinstance(t, dict)]
-
-    return str(a.get("content") or "").strip() == str(b.get("content") or "").strip() and calls(a) == calls(b)
+    return not _same_turn(echoed, sampled)
 
 
 def _response_messages(records: list[CompletionRecord]) -> list[dict[str, Any]]:

@@ -75,3 +75,34 @@ def test_token_in_removes_the_drift_the_same_runs_show_without_it(runs, presets_
         assert on["spliced_calls"] >= on["completions"] - chains, on
         assert off["drifted_turns"] > 0 and not off["verify_fail_on_drift"] and off["spliced_calls"] == 0, off
         assert on["strict_updates"] == chains and off["strict_updates"] > chains, (on, off)
+
+
+def test_opencodes_rewritten_call_to_an_unknown_tool_starts_a_chain_not_a_drift(presets_stack, presets_client):
+    """opencode sends a call to a tool it does not have back as a call to ``invalid`` (arguments:
+    the tool and the error). That turn cannot be spliced (the history was edited), and it merged
+    as a drift that ran to the session's end: 6 of 8 turns drifted with token-in on, and
+    ``verify --fail-on-drift`` failed. The rewritten turn starts a chain of its own: with token-in
+    on, no turn drifts, and the call the harness rejected keeps its own exact trace."""
+    task = task_for("opencode", "local", model_name="opencode_unknown_tool-drift", token_in="auto")
+    status = presets_client.wait(presets_client.submit({**task, "timeout_seconds": 600}), timeout=600, poll_seconds=0.5)
+    [result] = status.results
+    assert result.status == SessionStatus.COMPLETED and result.reward == 1.0, (result.error, result.metadata)
+    stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
+    records, _ = stores.records.completions(result.session_id)
+    rejected = [r for r in records if any((c.get("function") or {}).get("name") == "frobnicate"
+                                         for c in r.response_message.get("tool_calls") or [])]
+    assert len(rejected) == 1, [r.response_message for r in records]
+    echoed = [m for r in records for m in r.normalized_request.get("messages") or []
+              if m.get("role") == "assistant" and any((c.get("function") or {}).get("name") == "invalid"
+                                                      for c in m.get("tool_calls") or [])]
+    assert echoed, "opencode no longer rewrites a call to an unknown tool: this test shows nothing"
+    stats = result.trajectory.metadata["reconstruction"]
+    # the title call, the rejected call, the conversation after it
+    assert (stats.get("rewrite_splits"), stats["drifted_turns"], stats["chains_total"]) == (1, 0, 3), stats
+    [alone] = [t for t in result.trajectory.traces if t.metadata["completion_ids"] == [rejected[0].completion_id]]
+    assert alone.metadata["context_exact"] and alone.response_ids == rejected[0].response_ids
+    env = {**os.environ, **presets_stack.settings.to_env()}
+    out = subprocess.run([sys.executable, "-m", "infra.cli.main", "verify", "--task", status.task_id, "--model",
+                          "opencode_unknown_tool-drift", "--fail-on-drift", "--json"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])

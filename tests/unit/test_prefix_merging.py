@@ -5,6 +5,7 @@ reported exactly where the training context differs from the sampled one."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 
@@ -305,6 +306,11 @@ def joins(prev: CompletionRecord, c: CompletionRecord, eot: int, strict: bool, s
     closed = bool(prev.response_ids) and prev.response_ids[-1] == eot
     shown = tail[: tail.index(eot) + (1 if closed else 0)]
     sampled = prev.response_ids if shared is None else prev.prompt_ids[shared:] + prev.response_ids
+    if shown != sampled and shared is None:  # drifted: a rewritten turn (another message) starts a chain
+        messages = c.normalized_request.get("messages") or []
+        before = prev.normalized_request.get("messages") or []
+        if len(messages) > len(before) and not _same_turn(messages[len(before)], prev.response_message):
+            return False
     return not strict or shown == sampled
 
 
@@ -411,3 +417,75 @@ def test_a_tasks_own_policy_version_outranks_a_stamp_left_by_an_earlier_run():
     assert [t["proxy_policy_version"] for t in trace.metadata["turns"]] == ["2", "2"]
     [one, _] = builders.create("per_request", {}).build([first, second], ctx).traces
     assert one.metadata["policy_version"] == "40" and one.metadata["proxy_policy_version"] == "2"
+
+
+def _tool_turn(name: str, arguments: str) -> dict:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def _three_calls(echo_of_first: dict) -> list[CompletionRecord]:
+    """Three calls of one conversation; the second and third show the first turn as the harness
+    sent it back (``echo_of_first``), rendered with other ids than the sampled ones."""
+    base = [*turn_ids(SYS, [100]), *turn_ids(USER, [200, 201])]
+    sampled_call = _tool_turn("frobnicate", '{"path":"a.txt"}')
+    p1 = base + GEN
+    r1 = [300, 301, 302, EOT]
+    shown1 = [IM_START, ASSIST, NL, 310, 311, EOT, NL]  # the echo, rendered: not the sampled ids
+    p2 = base + shown1 + turn_ids(TOOL, [400]) + GEN
+    r2 = [320, 321, EOT]
+    p3 = p2 + [320, 321, EOT, NL] + turn_ids(TOOL, [401]) + GEN
+    second = {"role": "assistant", "content": "reading a.txt"}
+    messages1 = [{"role": "user", "content": "go"}]
+    messages2 = messages1 + [echo_of_first, {"role": "tool", "tool_call_id": "call_1", "content": "out"}]
+    messages3 = messages2 + [second, {"role": "user", "content": "more"}]
+    rows = [(p1, r1, sampled_call, messages1), (p2, r2, second, messages2), (p3, [330, EOT], {"role": "assistant",
+                                                                                              "content": "done"}, messages3)]
+    return [CompletionRecord(
+        completion_id=f"c{i}", session_id="s", seq=i, provider="openai_chat", started_at=float(i), finished_at=float(i),
+        upstream_latency_ms=1.0, prompt_ids=p, response_ids=r, response_logprobs=[-0.5] * len(r), response_tokens=None,
+        finish_reason="stop", response_message=m, normalized_request={"messages": msgs})
+        for i, (p, r, m, msgs) in enumerate(rows)]
+
+
+def test_a_turn_the_harness_sent_back_rewritten_starts_a_new_chain_instead_of_drifting():
+    """opencode answers a call to an unknown tool by sending it back as a call to ``invalid``
+    (arguments: the tool and the error). The next prompt's tip is still a token prefix, so the
+    call merged as a drift, and so did every later turn: their context held the sampled call
+    where the policy had seen the rewritten one (6 of 8 turns drifted, with token-in on or off).
+    A rewritten turn is a rewritten prompt: the completion starts a chain, and both are exact."""
+    rewritten = _tool_turn("invalid", json.dumps({"tool": "frobnicate", "error": "Model tried to call unavailable tool"}))
+    records = _three_calls(rewritten)
+    for strict in (False, True):
+        traj = build(records, end_of_turn_token_id=EOT, strict=strict)
+        check_invariants(traj, records)
+        stats = traj.metadata["reconstruction"]
+        assert [t.metadata["completion_ids"] for t in traj.traces] == [["c0"], ["c1", "c2"]], strict
+        assert stats["rewrite_splits"] == 1 and stats["drifted_turns"] == 0 and stats["strict_splits"] == 0
+        assert all(t.metadata["context_exact"] for t in traj.traces)
+
+
+def test_a_turn_sent_back_as_sampled_but_rendered_otherwise_still_merges_as_drift():
+    """The same turn re-serialised (arguments spaced, an integral float as an integer, text parts
+    for a string, another call id): the harness sent back what was sampled and the template
+    rendered it with other ids -- a drift, merged and flagged; strict splits it."""
+    echo = _tool_turn("frobnicate", '{"path": "a.txt"}')
+    echo["tool_calls"][0]["id"] = "toolu_other"
+    echo["content"] = [{"type": "text", "text": ""}]
+    records = _three_calls(echo)
+    traj = build(records, end_of_turn_token_id=EOT)
+    check_invariants(traj, records)
+    stats = traj.metadata["reconstruction"]
+    assert [t.metadata["completion_ids"] for t in traj.traces] == [["c0", "c1", "c2"]]
+    assert stats["rewrite_splits"] == 0 and stats["drifted_turns"] == 2
+    strict = build(records, end_of_turn_token_id=EOT, strict=True)
+    assert len(strict.traces) == 2 and strict.metadata["reconstruction"]["strict_splits"] == 1
+
+
+def test_without_messages_a_drifted_turn_merges_as_before():
+    """A request that carries no messages (raw ids) gives nothing to compare: a drift, merged."""
+    records = _three_calls(_tool_turn("invalid", "{}"))
+    for r in records:
+        r.normalized_request = {}
+    traj = build(records, end_of_turn_token_id=EOT)
+    assert len(traj.traces) == 1 and traj.metadata["reconstruction"]["drifted_turns"] == 2
