@@ -43,16 +43,18 @@ from infra.stack import Stack, StackConfig  # noqa: E402
 from pipeline.client import RolloutClient  # noqa: E402
 from pipeline.keys import RESULTS_STREAM  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
+from workers.runtimes.local import SUBDIRS  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
+SESSION_FOLDERS = 1 + len(SUBDIRS)  # the local runtime's: the session's own and its sub-folders
 IDLE_WINDOW_SECONDS = 5.0
 
 
 def bench_home(base: Path | None = None) -> Path:
     """A fresh POLAR_HOME beside where a real one lives (~/.cache), or under ``base`` (--home-base,
-    e.g. a tmpfs), not in /tmp: on the machines these figures come from, creating a file or folder
-    costs 100-350 us of CPU (under /tmp, more), and a session's runtime makes a few dozen (its
-    folders, logs, the results file)."""
+    e.g. a tmpfs). Creating a file or folder costs 100-350 us of CPU on some virtual disks and a
+    session's runtime makes a few dozen (its folders, logs, the results file): the run prints
+    what its folders cost on the disk it ran on (``folder_cost_us``)."""
     base = base or Path.home() / ".cache" / "polar-bench"
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="home-", dir=base))
@@ -156,6 +158,23 @@ def breakdown(raw: Path, top: int = 10) -> tuple[dict[str, float], list[tuple[st
     return pct, [(f, 100 * c / total) for f, c in sorted(ours.items(), key=lambda kv: -kv[1])[:top]]
 
 
+def folder_cost_us(home: Path, n: int = 200) -> tuple[float, float]:
+    """CPU microseconds for one mkdir and one rmdir in ``home``'s disk, measured here: a session's
+    runtime makes and removes SESSION_FOLDERS of them, and their cost varies tenfold between
+    disks and even folders of one ext4 disk (364 us under /root, 34 under /tmp on one machine)."""
+    probe = Path(tempfile.mkdtemp(prefix="folders-", dir=home))
+    names = [probe / f"f{i}" for i in range(n)]
+    t0 = time.process_time()
+    for name in names:
+        os.mkdir(name)
+    t1 = time.process_time()
+    for name in names:
+        os.rmdir(name)
+    t2 = time.process_time()
+    probe.rmdir()
+    return 1e6 * (t1 - t0) / n, 1e6 * (t2 - t1) / n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=500)
@@ -170,6 +189,8 @@ def main() -> None:
     if args.quick:
         args.sessions, args.tasks = 200, 20
     home = bench_home(args.home_base)
+    mkdir_us, rmdir_us = folder_cost_us(home)
+    folders_ms = SESSION_FOLDERS * (mkdir_us + rmdir_us) / 1000
     settings = Settings(home=home, ready_capacity=16, task_events=args.events)
     config = StackConfig(settings=settings, upstream="fake", components=("api", "workers"), supervise=False)
     with Stack(config) as stack:
@@ -217,6 +238,10 @@ def main() -> None:
                    # Of the total: the agents' own processes (``bash -c true``: exec and shell start-up).
                    "agent_processes_cpu_ms_per_session": round(agents_ms, 2),
                    "idle_cpu_ms_per_s": round(sum(idle_ms_per_s.values()), 2),
+                   # Of the total: the session folders' mkdir and rmdir on this disk (estimated
+                   # from their measured cost: a property of the disk, not of the pipeline).
+                   "session_folders_cpu_ms_per_session": round(folders_ms, 2),
+                   "mkdir_us": round(mkdir_us, 1), "rmdir_us": round(rmdir_us, 1),
                    "redis_commands_per_session": round(sum(commands.values()), 1),
                    "redis_commands_by_name": {k: round(v, 2) for k, v in sorted(commands.items(), key=lambda kv: -kv[1])}}
         if args.json:
@@ -230,6 +255,9 @@ def main() -> None:
                        measured_on),
                 figure("CPU per session, of it the agents' own processes", figures["agent_processes_cpu_ms_per_session"],
                        "ms", measured_on + " (bash -c true)"),
+                figure("CPU per session, of it the session folders (this disk)",
+                       figures["session_folders_cpu_ms_per_session"], "ms",
+                       f"{SESSION_FOLDERS} mkdir + rmdir at {mkdir_us:.0f} + {rmdir_us:.0f} us measured in the bench home"),
             ], **figures)
         else:
             print(f"{n} no-op sessions in {args.tasks} tasks, events {'on' if args.events else 'off'}: "
@@ -237,6 +265,8 @@ def main() -> None:
                   f"{figures['cpu_ms_per_session']} ms CPU per session, "
                   f"{figures['redis_commands_per_session']} Redis commands per session")
             print(f"  of which the agents' own processes (bash -c true): {agents_ms:.2f} ms CPU/session")
+            print(f"  of which the session folders, {SESSION_FOLDERS} made and removed (this disk: mkdir {mkdir_us:.0f} us, "
+                  f"rmdir {rmdir_us:.0f} us CPU): ~{folders_ms:.2f} ms CPU/session")
             for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1]):
                 print(f"  {name:<18}{ms:>8.2f} ms CPU/session   (idle: {idle_ms_per_s[name]:.2f} ms CPU/s)")
             print("  Redis commands per session: " + ", ".join(
