@@ -16,7 +16,8 @@ service). So a connection whose reads or writes make no progress for ``idle_seco
 ``head_seconds`` of its first byte, or it is answered 408 (Settings.http_head_seconds,
 http_idle_seconds; set on the class by ``configure`` before gunicorn forks its workers). A body
 must then keep up BODY_MIN_RATE bytes a second after a grace of ``head_seconds`` from the app's
-first read of it.
+first read of it. When a worker's connections are nearly all taken, the one waiting longest for
+a request is closed to make room (``infra/shedding.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import gevent
 from gevent.pywsgi import MAX_REQUEST_LINE, Input, headers_factory
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler
 
+from infra import shedding
 from infra.http_errors import error_body, error_response
 from proxy.hot_redis import send_all
 
@@ -184,12 +186,18 @@ class OneWriteHandler(PyWSGIHandler):
         # Every read and write on this connection, the wait for a kept-alive connection's next
         # request included: a client that makes no progress this long is gone.
         self.socket.settimeout(self.idle_seconds)
-        super().handle()
+        waiting = shedding.of(self.server)
+        waiting.make_room(self.server.pool)
+        try:
+            super().handle()
+        finally:
+            waiting.done(self)
 
     def read_requestline(self) -> str:
         """gevent's, with the head's deadline started at the request's first byte (a new
         connection's first byte due within that deadline too: a client opens one to send)."""
         first, self._served = not self._served, True
+        shedding.of(self.server).waiting(self, self.socket)  # until its head is in (read_request)
         waiting = b""
         with gevent.Timeout(self.head_seconds if first else None, False):
             waiting = self.rfile.peek(1)
@@ -247,6 +255,7 @@ class OneWriteHandler(PyWSGIHandler):
             return super().read_request(raw_requestline)
         finally:
             self._head_timer.close()  # the head is in: the app's own time is not limited here
+            shedding.of(self.server).done(self)
 
     def _handle_client_error(self, ex: Exception) -> Any:
         if isinstance(ex, (_SlowHead, TimeoutError)):
