@@ -1,9 +1,10 @@
 """One model call, end to end: admission (session gate + pause gate, one Redis round trip) ->
 the engine request (the provider's translation, harness noise scrubbed, the served model name)
--> engine dialect -> endpoint pool (the output limit fitted into the engine's context, see
-``context_limits``) -> capture -> the caller's response -> release (one round trip, with the
-record). With ``app``/``calls`` the only modules that do I/O; Redis is reached through the
-``pipeline`` stores' commands. Metrics are tallied in process (``metrics``), never in Redis."""
+-> engine dialect -> endpoint pool (the output limit fitted into the engine's context: the
+``ContextFitting`` mixin in ``context_fitting``, its rules in ``context_limits``) -> capture ->
+the caller's response -> release (one round trip, with the record). With ``context_fitting``
+and ``app``/``calls`` the only modules that do I/O; Redis is reached through the ``pipeline``
+stores' commands. Metrics are tallied in process (``metrics``), never in Redis."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from pipeline.schemas import TokenIn
 from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
-from proxy import context_limits, noise, upstream
+from proxy import noise, upstream
 from proxy.capture import build_error_record, build_record, new_completion_id
 from proxy.client_watch import has_left, watching
-from proxy.context_limits import ContextLengths, EngineRefusal
+from proxy.context_fitting import ContextFitting
+from proxy.context_limits import ContextLengths
 from proxy.control import Control
-from proxy.errors import ClientGone, ProxyError, UpstreamError, UpstreamRejected
+from proxy.errors import ClientGone, ProxyError, UpstreamError
 from proxy.hot_redis import HotRedis, NoScript, Pending, RedisReplyError
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
@@ -32,9 +34,8 @@ from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
 from proxy.token_in import TokenInCalls
 from proxy.upstream import UpstreamTransport
-from proxy.upstream.base import id_list, tokenize_body
+from proxy.upstream.base import id_list
 
-CHAT_PATH = "/v1/chat/completions"
 log = logging.getLogger("polar.proxy")
 T = TypeVar("T")
 REDIS_AWAY = (OSError, redis.ConnectionError, redis.TimeoutError)  # refused, reset, timed out, unreachable
@@ -67,7 +68,7 @@ class Call:
         return self.lease.session_id
 
 
-class Gateway:
+class Gateway(ContextFitting):
     def __init__(self, settings: Settings, stores: Stores, transport: UpstreamTransport | None = None) -> None:
         self.settings = settings
         self.stores = stores
@@ -356,100 +357,6 @@ class Gateway:
         if self.settings.upstream_model:
             chat["model"] = self.settings.upstream_model
         return chat, normalizations
-
-    # --- fitting the output limit into the engine's context (see context_limits) -------------------
-
-    def _sample(self, chat: dict[str, Any], top_logprobs: int,
-                sid: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-        """The engine's answer, the endpoint that gave it and the request it answered. A call that
-        fits is one round trip; one the engine refuses for length is counted and sent once more
-        with the room its prompt leaves (or refused in the caller's format)."""
-        endpoint = self.pool.order(sid)[0]
-        model = chat["model"] if isinstance(chat.get("model"), str) else None  # passed on unchecked: any JSON
-        known = self.contexts.known(endpoint, model)
-        if known is not None and context_limits.no_prompt_fits(chat.get("max_tokens"), known, self.context_reserve):
-            try:  # certain to be refused: count first, saving the refused round trip
-                chat, _ = self._fit(chat, sid, known, None, None)
-            except UpstreamRejected:
-                pass  # this engine cannot count a prompt: let it refuse the call itself
-        try:
-            return (*self._post(chat, top_logprobs, sid), chat)
-        except UpstreamRejected as rejected:
-            refusal = context_limits.read_refusal(rejected.message)
-            context = self.contexts.learn(rejected.upstream_url or endpoint, model,
-                                          refusal.context_length) if refusal else None
-            if refusal is None or context is None:
-                raise
-            fitted, prompt_tokens = self._fit(chat, sid, context, refusal, rejected)
-        try:
-            return (*self._post(fitted, top_logprobs, sid), fitted)
-        except UpstreamRejected as rejected:
-            again = context_limits.read_refusal(rejected.message)
-            if again is None:
-                raise
-            # The engine counts this prompt longer than its /tokenize did: never loop, refuse.
-            raise context_limits.overflow(max(prompt_tokens, again.prompt_tokens or 0), context,
-                                          self.context_reserve, fitted.get("max_tokens")) from None
-
-    def _context(self, chat: dict[str, Any], sid: str) -> int | None:
-        model = chat["model"] if isinstance(chat.get("model"), str) else None
-        return self.contexts.known(self.pool.order(sid)[0], model)
-
-    def _fit_spliced(self, chat: dict[str, Any], prompt_tokens: int, sid: str) -> dict[str, Any]:
-        """A spliced call's output limit fitted into the engine's context, when known (its prompt's
-        length is known exactly: no count to ask for)."""
-        context = self._context(chat, sid)
-        if context is None:
-            return chat
-        limit = context_limits.fit_output(chat.get("max_tokens"), prompt_tokens, context,
-                                          reserve=self.context_reserve, mode=self.settings.context_overflow)
-        return {**chat, "max_tokens": limit} if limit != chat.get("max_tokens") else chat
-
-    def _post(self, chat: dict[str, Any], top_logprobs: int, sid: str) -> tuple[dict[str, Any], str]:
-        return self.pool.post_json(CHAT_PATH, self.engine.prepare(chat, top_logprobs=top_logprobs), affinity=sid,
-                                   ids_text=getattr(self.engine, "ids_text_key", None))
-
-    def _fit(self, chat: dict[str, Any], sid: str, context: int, refusal: EngineRefusal | None,
-             rejected: UpstreamRejected | None) -> tuple[dict[str, Any], int]:
-        """``chat`` with its output limit fitted into ``context`` tokens, and its prompt's size."""
-        if refusal is not None and refusal.prompt_exact and refusal.prompt_tokens is not None:
-            prompt_tokens = refusal.prompt_tokens
-        else:
-            prompt_tokens = self._count_prompt(chat, sid, context, refusal, rejected)
-        sent = chat.get("max_tokens")
-        limit = context_limits.fit_output(sent, prompt_tokens, context, reserve=self.context_reserve,
-                                          mode=self.settings.context_overflow)
-        if refusal is not None and limit == sent:
-            # It fits by our count yet the engine refused it: sending it again would be refused again.
-            raise context_limits.overflow(prompt_tokens, context, self.context_reserve, sent)
-        return {**chat, "max_tokens": limit}, prompt_tokens
-
-    def _count_prompt(self, chat: dict[str, Any], sid: str, context: int, refusal: EngineRefusal | None,
-                      rejected: UpstreamRejected | None) -> int:
-        try:
-            return self.count_tokens(chat, affinity=sid)
-        except UpstreamRejected as err:
-            counted = context_limits.read_refusal(err.message)
-            if counted is None:  # no /tokenize here: the engine's own refusal is the answer
-                raise (rejected or err) from None
-            # A prompt too long for the engine to even count: certainly one that leaves no room.
-            least = max((refusal.prompt_tokens or 0) if refusal else 0, counted.prompt_tokens or 0,
-                        context_limits.max_prompt_tokens(context, self.context_reserve) + 1)
-            raise context_limits.overflow(least, context, self.context_reserve) from None
-
-    def count_request_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
-        """A client's count request (Anthropic's count_tokens, Gemini's countTokens, Responses'
-        input_tokens): the prompt as its model call would sample it -- scrubbed of the same noise
-        (e.g. Claude Code's billing header line), so the count matches the call's usage."""
-        scrubbed, _ = noise.scrub(chat, self.noise)
-        return self.count_tokens(scrubbed, affinity=affinity)
-
-    def count_tokens(self, chat: dict[str, Any], *, affinity: str = "") -> int:
-        """The engine's count of ``chat``'s prompt, rendered as its chat completion would be."""
-        body = tokenize_body(self.engine, chat, self.settings.upstream_model or chat.get("model"),
-                             generation_prompt=chat.get("add_generation_prompt", True))
-        data, _ = self.pool.post_json("/tokenize", body, affinity=affinity)
-        return int(data.get("count", len(data.get("tokens") or [])))
 
 
 _APPEND_ONCE = "if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('RPUSH', KEYS[1], ARGV[1]) end return 1"
