@@ -24,17 +24,12 @@ from proxy.providers.base import (
     assistant_history_message,
     data_url,
     new_id,
-    opt_bool,
-    opt_int,
-    opt_number,
-    require_model,
-    require_object,
     root_generate,
     shared_models_route,
     signature_for,
-    stop_list,
     text_of,
 )
+from proxy.providers.fields import opt_bool, opt_int, opt_number, require_model, require_object, stop_list
 from proxy.providers.tool_errors import marked
 from proxy.sse import named_event
 

@@ -1,6 +1,6 @@
 """What every provider module shares: the seam (``Provider``), the route a request takes, the
 parsed request, the engine's assistant turn in a provider-neutral shape, and the small helpers
-the four translations have in common.
+the four translations have in common (their request-field checks are in ``fields``).
 
 A provider module owns everything about its API: which paths it serves and how it recognises
 a bare base-URL call (``match``, ``claims_headers``, ``claims_body``), ``parse`` (the harness's
@@ -308,77 +308,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{os.urandom(12).hex()}"
 
 
-def require_object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
-
-
-def require_model(body: dict[str, Any], missing: str) -> str:
-    """The model the caller names: required by every vendor whose path does not name it. The
-    proxy answers with the policy whatever the name, but a nameless call is a broken client."""
-    model = body.get("model")
-    if model is None:
-        raise BadRequest(missing, param="model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' must be a non-empty string", param="model")
-    return model
-
-
-def opt_int(body: dict[str, Any], key: str, *, minimum: int = 0, param: str | None = None) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # 5.0: a JSON number some SDKs type as float (google-genai's top_k)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise BadRequest(f"'{param or key}' must be an integer >= {minimum}", param=param or key)
-    return value
-
-
-def top_logprobs(body: dict[str, Any], key: str, *, param: str | None = None) -> int:
-    """How many alternatives per sampled token the caller asks for: 0 to 20, as every vendor caps it."""
-    top = opt_int(body, key, param=param)
-    if top is not None and top > 20:
-        raise BadRequest(f"'{param or key}' must be an integer between 0 and 20", param=param or key)
-    return top or 0
-
-
 def logprob_entries(turn: Turn, top: int) -> list[dict[str, Any]]:
     """The engine's logprob of every sampled token (reasoning and tool-call tokens included, as
     vLLM's own chat logprobs are), each with at most ``top`` alternatives; OpenAI's entry shape."""
     return [{"token": e.get("token"), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
              "top_logprobs": (e.get("top_logprobs") or [])[:top]} for e in turn.logprobs or ()]
-
-
-def opt_bool(body: dict[str, Any], key: str, *, param: str | None = None) -> bool | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise BadRequest(f"'{param or key}' must be a boolean", param=param or key)
-    return value
-
-
-def opt_number(body: dict[str, Any], key: str, *, param: str | None = None,
-               within: tuple[float, float] | None = None) -> float | None:
-    """``within``: the closed range the API allows (its own 400 outside it)."""
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise BadRequest(f"'{param or key}' must be a number", param=param or key)
-    if within is not None and not within[0] <= value <= within[1]:
-        raise BadRequest(f"{param or key}: must be between {within[0]:g} and {within[1]:g}", param=param or key)
-    return value
-
-
-def stop_list(value: Any, param: str) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return list(value)
-    raise BadRequest(f"'{param}' must be a string or an array of strings", param=param)
 
 
 def function_tool(name: Any, description: Any, parameters: Any, param: str) -> dict[str, Any]:

@@ -27,16 +27,11 @@ from proxy.providers.base import (
     function_tool,
     logprob_entries,
     new_id,
-    opt_bool,
-    opt_int,
-    opt_number,
-    require_object,
     root_generate,
     shared_models_route,
     signature_for,
-    stop_list,
-    top_logprobs,
 )
+from proxy.providers.fields import opt_bool, opt_int, opt_number, require_object, stop_list, top_logprobs
 from proxy.providers.google_schema import camel, json_schema
 from proxy.providers.tool_errors import marked
 from proxy.sse import data_event

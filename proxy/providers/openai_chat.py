@@ -23,14 +23,10 @@ from proxy.providers.base import (
     logprob_entries,
     new_id,
     openai_error,
-    opt_bool,
-    opt_int,
-    require_model,
-    require_object,
     root_generate,
     shared_models_route,
-    top_logprobs,
 )
+from proxy.providers.fields import opt_bool, opt_int, require_model, require_object, top_logprobs
 from proxy.sse import data_event, done_event
 
 NAME = "openai_chat"

@@ -29,14 +29,9 @@ from proxy.providers.base import (
     logprob_entries,
     new_id,
     openai_error,
-    opt_bool,
-    opt_int,
-    opt_number,
-    require_model,
-    require_object,
     root_generate,
-    top_logprobs,
 )
+from proxy.providers.fields import opt_bool, opt_int, opt_number, require_model, require_object, top_logprobs
 from proxy.providers.openai_responses_items import encrypt_reasoning, to_messages
 from proxy.providers.openai_responses_stream import ResponsesStream
 
