@@ -16,10 +16,10 @@ from flask import Flask, request
 from werkzeug.wrappers import Response
 
 from pipeline.credentials import same_secret
-from proxy.calls import body_bytes, json_of
-from proxy.calls import json_response as _json
 from proxy.control import Control
 from proxy.errors import AdminDisabled, BadRequest, Unauthorized
+from proxy.http_io import body_bytes, json_of
+from proxy.http_io import json_response as _json
 
 POLICY_VERSION = re.compile(r"^[!-~]{1,128}$")
 HOLDER = re.compile(r"^[!-~]{1,128}$")

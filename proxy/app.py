@@ -21,11 +21,12 @@ from pipeline.settings import Settings
 from pipeline.stores import Stores
 from pipeline.stores.connection import connect
 from proxy.admin import check_admin, register_admin
-from proxy.calls import ModelCalls, as_proxy_error, error_answer, json_body, translating
-from proxy.calls import json_response as _json
+from proxy.calls import ModelCalls, translating
 from proxy.detection import api_path, detect, error_provider, serves
 from proxy.errors import NotFound, ProxyError, UnsupportedEndpoint
 from proxy.gateway import Gateway
+from proxy.http_io import as_proxy_error, error_answer, json_body
+from proxy.http_io import json_response as _json
 from proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from proxy.providers import PROVIDERS, Provider, Route
 from proxy.sessions import presented_key
