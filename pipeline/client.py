@@ -9,7 +9,8 @@
 
 Delivery is at-least-once (a consumer group with acks); ``results`` drops duplicates of a
 session the group has already acked (remembered in Redis, so across restarts), so a re-published
-result is never trained on twice; poison entries go to a dead-letter stream.
+result is never trained on twice; poison entries go to a dead-letter stream (``Delivery``, the
+poison check and the thread keeping held entries from claims are in ``client_delivery``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import quote
@@ -27,7 +28,7 @@ from urllib.parse import quote
 import httpx
 import redis
 
-from pipeline.blobs import ResultArrays
+from pipeline.client_delivery import Delivery, _keep_held, _poison
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
 from pipeline.settings import Settings
 from pipeline.stores.results_stream import ResultsStream, StreamEntry
@@ -49,48 +50,6 @@ def api_outage(exc: BaseException) -> bool:
     """Whether ``exc`` says the API is away for now (restarting, unreachable, or a 5xx while its
     Redis is away) rather than refusing the request: worth polling on."""
     return isinstance(exc, httpx.TransportError) or (isinstance(exc, RolloutError) and exc.status >= 500)
-
-
-@dataclass
-class Delivery:
-    """One stream entry; the blob is decoded on first access, the way the trainer asks for it."""
-
-    entry_id: str
-    entry: StreamEntry
-    _ack: Callable[[], object]
-    _nack: Callable[[], object] = lambda: None
-    _hold: Callable[[], object] = lambda: None
-    # Why the entry went to the dead-letter stream instead (``results(dead_letters=True)``): it
-    # is no result to train on, only word that its session's result will not come.
-    dead_letter: str | None = None
-
-    @property
-    def result(self) -> SessionResult:
-        return self.entry.result
-
-    @property
-    def arrays(self) -> ResultArrays:
-        """Each trace's ids, loss mask and logprobs as numpy arrays (pipeline/blobs/arrays.py)."""
-        return self.entry.arrays
-
-    @property
-    def deliveries(self) -> int:
-        """How often this entry has been delivered to the group, this time included."""
-        return self.entry.deliveries
-
-    def ack(self) -> None:
-        """The result is safely taken: the group will not deliver it (or a duplicate) again."""
-        self._ack()
-
-    def nack(self) -> None:
-        """Hand the entry back: it is delivered again, until ``max_deliveries`` (then dead-lettered)."""
-        self._nack()
-
-    def hold(self) -> None:
-        """The trainer only keeps the entry, unacked, without working on it yet (``iter_groups``
-        waiting for the rest of a GRPO group): this delivery is not counted against
-        ``max_deliveries``, so restarts while a group fills never dead-letter its sessions."""
-        self._hold()
 
 
 class RolloutClient:
@@ -367,32 +326,6 @@ def same_task(created_at: float | None, registered_at: float | None) -> bool:
     """Whether a session ``registered_at`` belongs to the task of that id ``created_at`` (either
     unknown: assumed so)."""
     return created_at is None or registered_at is None or registered_at < created_at + TASK_REUSE_MARGIN_SECONDS
-
-
-def _keep_held(stream: ResultsStream, group: str, consumer: str, holding: dict[str, str], reading: dict[str, None],
-               closed: threading.Event, claim_idle_ms: int) -> None:
-    """Every ``claim_idle_ms / 3``: beat (the consumer is alive, whatever the other consumers'
-    ``claim_idle_ms``) and reset the idle time of what it holds."""
-    every = max(claim_idle_ms / 3000, 0.05)
-    while not closed.is_set():
-        try:
-            stream.beat(group, consumer, claim_idle_ms)
-            stream.touch(group, consumer, [*holding.values(), *reading])
-        except redis.RedisError as exc:  # the next beat tries again
-            log.warning("could not keep held results from other consumers' claims: %s", exc)
-        closed.wait(every)
-
-
-def _poison(e: StreamEntry) -> str | None:
-    """Why ``e`` must go to the dead-letter stream rather than to the trainer, whatever its
-    delivery count, if it must."""
-    if not e.blob:
-        return "trimmed from the stream while pending: its payload is gone"
-    try:
-        e.arrays.read_all()  # decodes every array (cached: what the trainer reads next)
-    except Exception as exc:  # noqa: BLE001 - any failure to decode makes it poison
-        return f"undecodable: {type(exc).__name__}: {exc}"
-    return None
 
 
 def load_task_file(path: Path) -> dict[str, Any]:
