@@ -12,6 +12,8 @@ from ``pipeline.keys``, Lua scripts from ``stores.lua``.
 | stage leases, the reaper's lock             | ``leases``                             |
 | a stage's two ends (lease, marks, next msg) | ``stage_runs.StageRuns``               |
 | the results stream                          | ``results_stream.ResultsStream``       |
+| a results group's hand-overs, acked         | ``results_ledger.GroupLedger`` (a      |
+| sessions, closed and lost GRPO groups       | mixin of ``ResultsStream``)            |
 | proxy pause + holders, version, in-flight   | ``proxy_control.ProxyControlStore``    |
 | callback deliveries (outbox) and their due  | ``callbacks.CallbackOutbox``           |
 | Celery's stage queue lists (read only)      | ``queues.queue_depths``                |

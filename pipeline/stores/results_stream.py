@@ -12,6 +12,9 @@ The stream is capped at ``maxlen``, but a trim never drops an entry a consumer g
 (pending, or not yet delivered): it stops at the slowest group and reports the backlog it had to
 keep (an error log, ``keys.RESULTS_TRIM_HELD`` counted, ``keys.RESULTS_BACKLOG`` set). Entries a
 group gives up on go to the dead-letter stream (``dead_letter``), never silently away.
+
+A group's bookkeeping beside the stream (hand-over counts, acked sessions, closed and lost GRPO
+groups) is the ``GroupLedger`` mixin in ``results_ledger``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pipeline.blobs import LAYOUTS, ResultArrays, decode_arrays, decode_result, 
 from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
 from pipeline.stores import lua
+from pipeline.stores.results_ledger import GroupLedger
 
 log = logging.getLogger("polar.results")
 # The marker an older version's publisher set while it published (claim, XADD, marker): still
@@ -61,7 +65,7 @@ class StreamEntry:
 TOUCH_SLICE = 1000  # entry ids per RESULTS_TOUCH call
 
 
-class ResultsStream:
+class ResultsStream(GroupLedger):
     def __init__(self, r: redis.Redis, *, maxlen: int = 1_000_000, stream: str = keys.RESULTS_STREAM,
                  marker_ttl_seconds: int = 7 * 24 * 3600, layout: str = "compact"):
         self._r = r
@@ -278,71 +282,6 @@ class ResultsStream:
         pipe.xack(self.stream, group, *entry_ids)
         pipe.hdel(keys.results_handed(group), *entry_ids)
         return int(pipe.execute()[0])
-
-    def hand(self, group: str, entry_id: str, keep_seconds: float) -> int:
-        """Count one hand-over of ``entry_id`` to the group's trainer; returns how many so far
-        (what ``max_deliveries`` is checked against; forgotten at its ack)."""
-        key = keys.results_handed(group)
-        pipe = self._r.pipeline(transaction=False)
-        pipe.hincrby(key, entry_id, 1)
-        pipe.expire(key, int(keep_seconds) + 1)
-        return int(pipe.execute()[0])
-
-    def unhand(self, group: str, entry_id: str) -> None:
-        """Take back the last count of ``hand`` (the trainer only holds the entry)."""
-        self._r.hincrby(keys.results_handed(group), entry_id, -1)
-
-    def ack_delivered(self, group: str, entry_id: str, session_id: str, keep_seconds: float) -> None:
-        """Ack an entry the consumer has safely taken, remembering its session for
-        de-duplication. The mark goes first: a crash before the XACK leaves an entry that a
-        restart skips as already delivered, never one delivered twice."""
-        key, now = keys.results_delivered(group), time.time()
-        pipe = self._r.pipeline(transaction=False)
-        if session_id:
-            pipe.zadd(key, {session_id: now})
-            pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
-            pipe.expire(key, int(keep_seconds) + 1)
-        pipe.xack(self.stream, group, entry_id)
-        pipe.hdel(keys.results_handed(group), entry_id)
-        pipe.execute()
-
-    def close_task(self, group: str, task_id: str, keep_seconds: float, created_at: float | None = None) -> None:
-        """Remember that ``group`` has taken ``task_id``'s whole GRPO group (``iter_groups``);
-        ``created_at``: when that task was submitted (``TaskStatus.created_at``), which tells its
-        sessions from those of a later task under the same id."""
-        key, now = keys.results_closed_tasks(group), time.time()
-        pipe = self._r.pipeline(transaction=False)
-        pipe.zadd(key, {task_id: now if created_at is None else created_at})
-        pipe.zremrangebyscore(key, "-inf", now - keep_seconds)
-        pipe.expire(key, int(keep_seconds) + 1)
-        pipe.delete(keys.results_lost(group, task_id))  # (its sessions lost: no longer waited for)
-        pipe.execute()
-
-    def lost_sessions(self, group: str, task_id: str, add: str | None = None,
-                      keep_seconds: float = 7 * 24 * 3600) -> int:
-        """How many of ``task_id``'s sessions ``group`` dead-lettered while its GRPO group was
-        open, after adding ``add`` (an entry's session id) when given."""
-        key = keys.results_lost(group, task_id)
-        if add is None:
-            return int(self._r.scard(key))
-        pipe = self._r.pipeline(transaction=False)
-        pipe.sadd(key, add)
-        pipe.expire(key, int(keep_seconds) + 1)
-        pipe.scard(key)
-        return int(pipe.execute()[-1])
-
-    def task_closed(self, group: str, task_id: str) -> float | None:
-        """When the task ``group`` closed under ``task_id`` was created (or closed, for a mark
-        written without it); None when ``group`` closed no task of that id."""
-        score = self._r.zscore(keys.results_closed_tasks(group), task_id)
-        return None if score is None else float(score)
-
-    def delivered(self, group: str, session_ids: list[str]) -> set[str]:
-        """Which of ``session_ids`` this group has already acked (within the kept window)."""
-        if not session_ids:
-            return set()
-        scores = self._r.zmscore(keys.results_delivered(group), session_ids)
-        return {sid for sid, score in zip(session_ids, scores) if score is not None}
 
     def dead_letter(self, group: str, consumer: str, entry: StreamEntry, reason: str) -> str:
         """Move ``entry`` to the dead-letter stream (with who gave up on it and why), then ack it
