@@ -6,7 +6,8 @@ user runs. A child that dies (OOM kill, a Flower "shut down worker" click, a cra
 again with back-off while the rest keeps running; the embedded Redis keeps an append-only file
 in ``$POLAR_HOME/redis`` and comes back from it. Every control surface gets a secret
 (``infra/tokens.py``). Children die with the launcher (``PR_SET_PDEATHSIG``); ``stop`` also kills
-any agent a local runtime left behind, so nothing keeps running after Ctrl-C.
+any agent a local runtime left behind, so nothing keeps running after Ctrl-C (the children and
+how they are stopped: ``infra/children.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ import httpx
 import kombu.exceptions
 import redis
 
+from infra.children import Child, _signal_group, _stop_all, kill_runtime_processes
 from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
 from infra.home_lock import claim_home, release
 from infra.log_rotation import rotate_if_large
 from infra.tokens import make_home, redis_password, with_tokens, without_password
 from pipeline.settings import Settings
 from pipeline.status import Stage
-from workers.runtimes.local import kill_recorded_groups
 
 log = logging.getLogger("polar.stack")
 
@@ -73,17 +74,6 @@ class StackConfig:
     proxy_workers: int | None = None
     supervise: bool = True  # restart children that die (a thread; `polar up` also calls supervise())
     persist_redis: bool = False  # the embedded Redis keeps an append-only file in $POLAR_HOME/redis
-
-
-@dataclass
-class Child:
-    name: str
-    args: list[str]
-    proc: subprocess.Popen
-    log_path: Path
-    started: float = field(default_factory=time.monotonic)
-    restarts: int = 0
-    restart_at: float | None = None  # when a dead child is due to start again
 
 
 class Stack:
@@ -364,20 +354,6 @@ def _refuse_taken(ports: dict[str, int]) -> None:
                                    "_URL) is taken: another stack or service listens there") from None
 
 
-def _stop_all(children: list["Child"], sig: signal.Signals, seconds: float) -> None:
-    """Signal every child's process group, then wait for them; what outlives ``seconds`` is killed."""
-    for child in reversed(children):
-        if child.proc.poll() is None:
-            _signal_group(child.proc, sig)
-    deadline = time.monotonic() + seconds
-    for child in children:
-        try:
-            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(child.proc, signal.SIGKILL)
-            child.proc.wait()
-
-
 def proxy_socket_path(home: Path) -> Path:
     """Where the stack's proxy also listens (for runtimes without a network): a folder of its
     own in POLAR_HOME (runtimes mount the folder), or under /tmp when that path would be too
@@ -399,17 +375,3 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def kill_runtime_processes(runtime_root: Path) -> int:
-    """Kill every process group a local runtime recorded (agents outliving a killed worker):
-    only the sessions' own (``kill_recorded_groups``), never through a link a session left."""
-    if not runtime_root.is_dir():
-        return 0
-    return sum(kill_recorded_groups(session.resolve()) for session in runtime_root.iterdir()
-               if session.is_dir() and not session.is_symlink())
