@@ -6,7 +6,9 @@ Input items (messages incl. ``developer``, ``function_call``/``function_call_out
 whose stored history the app passes in). Flat function tools, ``namespace`` tools (flattened,
 the namespace restored on output) and ``custom`` tools (one string argument) are translated;
 hosted tools (web search, ...) cannot run on a local engine and are dropped; MCP tools (the
-agent's own, through a server the vendor calls) are refused. ``truncation: "auto"`` is accepted
+agent's own, through a server the vendor calls) are refused: tools and ``tool_choice`` in
+``openai_responses_tools``, input items in ``openai_responses_items``, the event stream in
+``openai_responses_stream``. ``truncation: "auto"`` is accepted
 and echoed, but no input item is ever dropped: an input over the context is the engine's context
 error, as with "disabled" (a harness compacts on it; dropping items here would rewrite the
 recorded prompt behind its back).
@@ -25,7 +27,6 @@ from proxy.providers.base import (
     ProviderScope,
     Route,
     Turn,
-    function_tool,
     logprob_entries,
     new_id,
     openai_error,
@@ -34,11 +35,11 @@ from proxy.providers.base import (
 from proxy.providers.fields import opt_bool, opt_int, opt_number, require_model, require_object, top_logprobs
 from proxy.providers.openai_responses_items import encrypt_reasoning, to_messages
 from proxy.providers.openai_responses_stream import ResponsesStream
+from proxy.providers.openai_responses_tools import _tool_choice, _tools
 
 NAME = "openai_responses"
 _PATHS = ("/v1/responses", "/responses")
 _COUNT_PATHS = tuple(p + "/input_tokens" for p in _PATHS)
-_CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 _STORED_ROUTES = {("GET", ""): "stored", ("DELETE", ""): "delete_stored", ("GET", "input_items"): "input_items",
                   ("POST", "cancel"): "cancel_stored"}
 _LOGPROBS = "message.output_text.logprobs"  # the include that asks for them
@@ -146,45 +147,7 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
     return fmt
 
 
-# Built-in tools the client executes (its output items are calls the harness runs), unlike the
-# hosted ones the vendor runs; the engine has no schema for them.
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # reasoning.effort, as OpenAI documents it
-_CLIENT_BUILTINS = frozenset({"local_shell", "shell", "apply_patch", "computer_use_preview", "computer"})
-
-
-def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
-    if tools is None:
-        return [], {}, set()
-    if not isinstance(tools, list):
-        raise BadRequest("'tools' must be an array", param="tools")
-    out, namespaces, customs = [], {}, set()
-    for i, t in enumerate(tools):
-        kind = t.get("type") if isinstance(t, dict) else None
-        if kind == "function":
-            out.append(function_tool(t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}].name"))
-        elif kind == "namespace":
-            for inner in t.get("tools") or []:
-                if isinstance(inner, dict) and inner.get("type", "function") == "function":
-                    out.append(function_tool(inner.get("name"), inner.get("description"),
-                                             inner.get("parameters"), f"tools[{i}].tools"))
-                    namespaces[inner["name"]] = t.get("name", "")
-        elif kind == "custom":
-            out.append(function_tool(t.get("name"), t.get("description"), _CUSTOM_PARAMS, f"tools[{i}].name"))
-            customs.add(t["name"])
-        elif kind is None:
-            raise BadRequest(f"tools[{i}].type is required", param=f"tools[{i}].type")
-        elif isinstance(kind, str) and kind in _CLIENT_BUILTINS:
-            # The harness runs these, not the vendor: dropped, the policy would never see the
-            # agent's own tool and the rollout would quietly be one without it.
-            raise UnsupportedFeature(f"tools[{i}]: the built-in '{kind}' tool is not supported: the engine knows no "
-                                     "built-in tools (declare it as a function or custom tool)", param=f"tools[{i}].type")
-        elif kind == "mcp":
-            # The harness's own tools, served by a remote MCP server the vendor calls: dropped,
-            # the rollout would quietly be one without them (as Anthropic's mcp_servers).
-            raise UnsupportedFeature(f"tools[{i}]: MCP tools are not supported: the engine calls no MCP server (run "
-                                     "MCP in the agent and declare its tools as functions)", param=f"tools[{i}].type")
-        # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
-    return out, namespaces, customs
 
 
 def _check_types(body: dict[str, Any]) -> None:
@@ -206,33 +169,6 @@ def _check_types(body: dict[str, Any]) -> None:
                          f"{', '.join(repr(e) for e in _EFFORTS[:-1])}, and {_EFFORTS[-1]!r}.", param="reasoning.effort")
         err.code = "invalid_value"
         raise err
-
-
-def _tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
-    """``auto`` / ``none`` / ``required``, one function or custom tool by name, or ``allowed_tools``
-    (the engine gets only those tools, chosen from as ``mode`` says)."""
-    if choice is None:
-        return {}
-    if choice in ("auto", "none", "required"):
-        return {"tool_choice": choice}
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind in ("function", "custom"):
-        if choice.get("name") not in names:
-            raise BadRequest(f"tool_choice.name: no tool named {choice.get('name')!r}", param="tool_choice.name")
-        return {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
-    if kind == "allowed_tools":
-        allowed = choice.get("tools")
-        if not isinstance(allowed, list) or not all(isinstance(t, dict) for t in allowed):
-            raise BadRequest("tool_choice.tools must be an array of tools", param="tool_choice.tools")
-        mode = choice.get("mode", "auto")
-        if mode not in ("auto", "required"):
-            raise BadRequest("tool_choice.mode must be 'auto' or 'required'", param="tool_choice.mode")
-        return {"allowed": {t.get("name") for t in allowed}, "tool_choice": mode}
-    if isinstance(choice, str) or kind is None:
-        raise BadRequest("tool_choice must be 'auto', 'none', 'required' or an object naming a tool",
-                         param="tool_choice")
-    raise UnsupportedFeature(f"tool_choice: a hosted tool ({kind!r}) cannot run on a local engine",
-                             param="tool_choice.type")
 
 
 def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
