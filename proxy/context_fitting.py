@@ -28,7 +28,6 @@ class ContextFitting:
     context_reserve: int
     noise: list[noise.Rule]
 
-
     def _sample(self, chat: dict[str, Any], top_logprobs: int,
                 sid: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
         """The engine's answer, the endpoint that gave it and the request it answered. A call that
