@@ -74,3 +74,25 @@ def stop_list(value: Any, param: str) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
         return list(value)
     raise BadRequest(f"'{param}' must be a string or an array of strings", param=param)
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # as OpenAI documents them
+
+
+def reasoning_effort(value: Any, param: str) -> None:
+    """OpenAI's reasoning effort (chat's ``reasoning_effort``, Responses' ``reasoning.effort``):
+    a string of its set, else OpenAI's 400 (``invalid_value`` for an unknown one) -- not passed
+    on for the engine to read as its default or refuse in its own words."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        err = BadRequest(f"Invalid type for '{param}': expected a string, but got {type(value).__name__} instead.",
+                         param=param)
+        err.code = "invalid_type"
+        raise err
+    if value not in REASONING_EFFORTS:
+        *head, last = REASONING_EFFORTS
+        err = BadRequest(f"Invalid value: '{value}'. Supported values are: "
+                         f"{', '.join(repr(e) for e in head)}, and {last!r}.", param=param)
+        err.code = "invalid_value"
+        raise err

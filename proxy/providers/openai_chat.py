@@ -26,7 +26,7 @@ from proxy.providers.base import (
     root_generate,
     shared_models_route,
 )
-from proxy.providers.fields import opt_bool, opt_int, require_model, require_object, top_logprobs
+from proxy.providers.fields import opt_bool, opt_int, reasoning_effort, require_model, require_object, top_logprobs
 from proxy.sse import data_event, done_event
 
 NAME = "openai_chat"
@@ -93,6 +93,7 @@ def normalize(body: Any) -> dict[str, Any]:
         out["max_tokens"] = newer if newer is not None else max_tokens
     if opt_bool(body, "logprobs") is not True and top_logprobs(body, "top_logprobs"):
         raise BadRequest("when using `top_logprobs`, `logprobs` must be set to true", param="top_logprobs")
+    reasoning_effort(body.get("reasoning_effort"), "reasoning_effort")
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
     return out

@@ -32,7 +32,15 @@ from proxy.providers.base import (
     openai_error,
     root_generate,
 )
-from proxy.providers.fields import opt_bool, opt_int, opt_number, require_model, require_object, top_logprobs
+from proxy.providers.fields import (
+    opt_bool,
+    opt_int,
+    opt_number,
+    reasoning_effort,
+    require_model,
+    require_object,
+    top_logprobs,
+)
 from proxy.providers.openai_responses_items import encrypt_reasoning, to_messages
 from proxy.providers.openai_responses_stream import ResponsesStream
 from proxy.providers.openai_responses_tools import _tool_choice, _tools
@@ -147,9 +155,6 @@ def _text_format(body: dict[str, Any]) -> dict[str, Any]:
     return fmt
 
 
-_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # reasoning.effort, as OpenAI documents it
-
-
 def _check_types(body: dict[str, Any]) -> None:
     """Fields whose wrong type would otherwise be read as a default (``store: "no"`` as true)."""
     for key in ("store", "parallel_tool_calls"):
@@ -157,18 +162,11 @@ def _check_types(body: dict[str, Any]) -> None:
     for key in ("metadata", "reasoning"):
         if body.get(key) is not None and not isinstance(body[key], dict):
             raise BadRequest(f"'{key}' must be an object", param=key)
-    effort = (body.get("reasoning") or {}).get("effort")
-    if effort is not None and not isinstance(effort, str):
-        raise BadRequest("'reasoning.effort' must be a string", param="reasoning.effort")
+    reasoning_effort((body.get("reasoning") or {}).get("effort"), "reasoning.effort")
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
         raise BadRequest("'instructions' must be a string", param="instructions")  # not dropped unread
     if body.get("truncation") not in (None, "auto", "disabled"):
         raise BadRequest("'truncation' must be 'auto' or 'disabled'", param="truncation")
-    if effort is not None and effort not in _EFFORTS:
-        err = BadRequest(f"Invalid value: '{effort}'. Supported values are: "
-                         f"{', '.join(repr(e) for e in _EFFORTS[:-1])}, and {_EFFORTS[-1]!r}.", param="reasoning.effort")
-        err.code = "invalid_value"
-        raise err
 
 
 def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:

@@ -138,3 +138,18 @@ def test_a_sampling_value_vllm_refuses_is_refused_by_the_reference_engine_throug
         openai_client(ref_stack, key).chat.completions.create(
             model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}], presence_penalty=2.5)
     assert "presence_penalty must be in [-2, 2]" in info.value.message and answered(ref_stack, key) == []
+
+
+def test_a_chat_reasoning_effort_outside_openais_set_is_refused(ref_stack):
+    """Chat's ``reasoning_effort`` was passed on unchecked: "maximal" reached the engine, which
+    read it as nothing (the reference server, vLLM for most templates) and sampled anyway."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    messages = [{"role": "user", "content": "hi"}]
+    for effort, code in (("maximal", "invalid_value"), (3, "invalid_type")):
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk.chat.completions.create(model="tiny", max_tokens=4, messages=messages, reasoning_effort=effort)
+        assert (info.value.param, info.value.code) == ("reasoning_effort", code)
+    assert answered(ref_stack, key) == []
+    sdk.chat.completions.create(model="tiny", max_tokens=4, messages=messages, reasoning_effort="low")  # taken
+    assert len(answered(ref_stack, key)) == 1
