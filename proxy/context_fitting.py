@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.settings import Settings
 from proxy import context_limits, noise, upstream
 from proxy.context_limits import ContextLengths, EngineRefusal
-from proxy.errors import UpstreamRejected
+from proxy.errors import ContextOverflow, UpstreamRejected
 from proxy.upstream.base import tokenize_body
 
 CHAT_PATH = "/v1/chat/completions"
@@ -59,6 +59,40 @@ class ContextFitting:
             # The engine counts this prompt longer than its /tokenize did: never loop, refuse.
             raise context_limits.overflow(max(prompt_tokens, again.prompt_tokens or 0), context,
                                           self.context_reserve, fitted.get("max_tokens")) from None
+
+    def _sample_truncating(self, chat: dict[str, Any], top_logprobs: int,
+                           sid: str) -> tuple[dict[str, Any], str, dict[str, Any], int]:
+        """``_sample`` for a request that asked for truncation (Responses' "auto"): a prompt that
+        leaves no room loses its oldest messages -- the fewest that make it fit, found by
+        counting (``/tokenize``, a few times: a binary search over the cuts) -- and is sent so.
+        Also returns how many messages were dropped."""
+        try:
+            return (*self._sample(chat, top_logprobs, sid), 0)
+        except ContextOverflow as overflow:
+            cuts = context_limits.truncation_cuts(chat.get("messages") or [])
+            if overflow.prompt_fits or not cuts:
+                raise
+            target = context_limits.truncation_target(overflow, chat.get("max_tokens"))
+            fits: tuple[dict[str, Any], int] | None = None
+            low, high = 0, len(cuts) - 1
+            while low <= high:
+                mid = (low + high) // 2
+                candidate = context_limits.cut_input(chat, cuts[mid])
+                if self._counts_at_most(candidate[0], target, sid):
+                    fits, high = candidate, mid - 1
+                else:
+                    low = mid + 1
+            if fits is None:
+                raise
+        return (*self._sample(fits[0], top_logprobs, sid), fits[1])
+
+    def _counts_at_most(self, chat: dict[str, Any], target: int, sid: str) -> bool:
+        try:
+            return self.count_tokens(chat, affinity=sid) <= target
+        except UpstreamRejected as err:
+            if context_limits.read_refusal(err.message) is None:
+                raise
+            return False  # too long for the engine to even count
 
     def _context(self, chat: dict[str, Any], sid: str) -> int | None:
         model = chat["model"] if isinstance(chat.get("model"), str) else None

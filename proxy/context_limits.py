@@ -128,6 +128,33 @@ def fit_output(requested: int | None, prompt_tokens: int, context_length: int, *
     return room
 
 
+def truncation_cuts(messages: list[Any]) -> list[int]:
+    """Where Responses' ``truncation: "auto"`` may cut an input that overflows, fewest dropped
+    first: before a user or assistant message after the first message that is not the system
+    prompt (kept), so a tool result is never kept without its call; the last message is always
+    kept (OpenAI: "dropping items from the beginning of the conversation")."""
+    first = next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
+                 len(messages))
+    return [i for i in range(first + 1, len(messages))
+            if isinstance(messages[i], dict) and messages[i].get("role") in ("user", "assistant")]
+
+
+def cut_input(chat: dict[str, Any], cut: int) -> tuple[dict[str, Any], int]:
+    """``chat`` without its messages from the first non-system one up to ``cut``; and how many
+    were dropped."""
+    messages = chat["messages"]
+    first = next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
+                 len(messages))
+    return {**chat, "messages": messages[:first] + messages[cut:]}, cut - first
+
+
+def truncation_target(overflow: ContextOverflow, max_tokens: int | None) -> int:
+    """The longest prompt a truncated input may render to: room left for the requested output,
+    or for half the context when more (or nothing) was asked for."""
+    half = overflow.context_length // 2
+    return overflow.max_prompt_tokens - min(max_tokens or half, half)
+
+
 class ContextLengths:
     """The engine's context length per (endpoint, served model): the configured value when set,
     else learnt from the endpoint's model cards (``cards(endpoint)``, asked at most once per

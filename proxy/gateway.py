@@ -297,6 +297,10 @@ class Gateway(ContextFitting):
             with watching(call.client):  # a client that leaves aborts the engine call (ClientGone)
                 if plan is not None and engine_call is not None:
                     raw, base = self.token_in.sample(plan, engine_call, chat, parsed.top_logprobs, sid)
+                elif parsed.truncate_input:
+                    raw, base, chat, dropped = self._sample_truncating(chat, parsed.top_logprobs, sid)
+                    if dropped:
+                        normalizations = [*normalizations, f"truncation:auto dropped the {dropped} oldest messages"]
                 else:
                     raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0

@@ -39,7 +39,7 @@ class CompletionRecord(BaseModel):
     original_request: dict[str, Any] = Field(default_factory=dict)
     normalized_request: dict[str, Any] = Field(default_factory=dict)
     upstream_response: dict[str, Any] = Field(default_factory=dict)
-    normalizations: list[str] = Field(default_factory=list)  # noise rules applied (proxy/noise.py)
+    normalizations: list[str] = Field(default_factory=list)  # noise rules applied (proxy/noise.py); what truncation dropped
     # The output-token limit the harness asked for and the one sent (smaller when the proxy
     # clamped it to fit the engine's context, proxy/context_limits.py); None: none was given.
     requested_max_tokens: int | None = None

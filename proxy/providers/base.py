@@ -78,6 +78,9 @@ class Parsed:
     model: str | None  # the model name the harness asked for (echoed back)
     top_logprobs: int = 0  # alternatives per sampled token the caller asked for
     extra: dict[str, Any] = field(default_factory=dict)  # read only by the provider that wrote it
+    # Responses' truncation "auto": an input over the context loses its oldest messages instead of
+    # being refused (proxy/context_fitting.py).
+    truncate_input: bool = False
 
 
 @dataclass

@@ -8,10 +8,10 @@ the namespace restored on output) and ``custom`` tools (one string argument) are
 hosted tools (web search, ...) cannot run on a local engine and are dropped; MCP tools (the
 agent's own, through a server the vendor calls) are refused: tools and ``tool_choice`` in
 ``openai_responses_tools``, input items in ``openai_responses_items``, the event stream in
-``openai_responses_stream``. ``truncation: "auto"`` is accepted
-and echoed, but no input item is ever dropped: an input over the context is the engine's context
-error, as with "disabled" (a harness compacts on it; dropping items here would rewrite the
-recorded prompt behind its back).
+``openai_responses_stream``. ``truncation: "auto"``: an input over the engine's context loses its
+oldest messages until it fits, as OpenAI drops "items from the beginning of the conversation"
+(``Parsed.truncate_input``; the record holds the request as sent, and says how many went); with
+"disabled" (the default) it is the context error a harness compacts on.
 """
 
 from __future__ import annotations
@@ -288,7 +288,8 @@ class OpenAIResponses(ProviderBase):
                                                  "max_output_tokens", "metadata", "truncation")}
         extra["echo"]["text"] = {"format": extra["text_format"]}
         return Parsed(chat=chat, stream=opt_bool(body, "stream") is True, model=body.get("model"),
-                      top_logprobs=top_logprobs(body, "top_logprobs"), extra=extra)
+                      top_logprobs=top_logprobs(body, "top_logprobs"), extra=extra,
+                      truncate_input=body.get("truncation") == "auto")
 
     def shell(self, parsed: Parsed, status: str) -> dict[str, Any]:
         """The response object without output: what ``response.created`` announces."""

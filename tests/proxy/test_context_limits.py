@@ -126,3 +126,42 @@ def test_refuse_answers_an_output_limit_that_does_not_fit_with_the_overflow_erro
     assert ask(kind, c, VENDOR_MODEL[kind], 128) == "42"  # a limit that fits is sent as asked
     [rec] = raw_records(refuse_stack, key)
     assert rec["requested_max_tokens"] == rec["sent_max_tokens"] == 128
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_responses_truncation_auto_drops_the_oldest_messages_until_the_input_fits(clamp_stack, stream):
+    """``truncation: "auto"`` was echoed and did nothing: an input over the context got the
+    overflow error a client that asked for truncation does not expect. Now its oldest messages
+    go (the system prompt and the newest message stay), and the record says how many."""
+    import openai
+
+    key = running_session(clamp_stack.settings.redis_url)
+    sdk = real_clients(clamp_stack.settings.proxy_url, key)["openai"]
+    # (user notes only: the scripted policy plays the turn its count of assistant messages names)
+    history = [{"role": "user", "content": f"note {i}: " + "lorem ipsum " * 15} for i in range(6)]
+    items = [*history, {"role": "user", "content": "6*7?"}]
+    call = {"model": VENDOR_MODEL["responses"], "instructions": "Answer briefly.", "input": items,
+            "max_output_tokens": 32}
+
+    def create(**extra):
+        if stream:
+            with sdk.responses.stream(**{**call, **extra}) as s:
+                return s.get_final_response()
+        return sdk.responses.create(**{**call, **extra})
+
+    with pytest.raises(openai.BadRequestError) as info:  # without it (the default "disabled"): the overflow
+        create()
+    overflow_seen("responses", info.value, prompt_fits=False)
+    response = create(truncation="auto")
+    assert response.output_text == "42" and response.truncation == "auto"
+    [rec] = raw_records(clamp_stack, key)
+    sent = rec["normalized_request"]["messages"]
+    dropped = len(items) + 1 - len(sent)
+    assert sent[0] == {"role": "system", "content": "Answer briefly."} and sent[-1]["content"] == "6*7?"
+    assert 0 < dropped < len(history)
+    assert [m["content"] for m in sent[1:]] == [m["content"] for m in items[dropped:]]
+    assert rec["normalizations"] == [f"truncation:auto dropped the {dropped} oldest messages"]
+    assert len(rec["prompt_ids"]) + 32 < CONTEXT  # room left for the output asked for
+    with pytest.raises(openai.BadRequestError) as info:  # the newest message alone over the context
+        create(truncation="auto", input=[*history, {"role": "user", "content": LONG_TEXT}])
+    overflow_seen("responses", info.value, prompt_fits=False)

@@ -10,7 +10,18 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
-from proxy.context_limits import CLAMP, REFUSE, ContextLengths, EngineRefusal, fit_output, no_prompt_fits, read_refusal
+from proxy.context_limits import (
+    CLAMP,
+    REFUSE,
+    ContextLengths,
+    EngineRefusal,
+    cut_input,
+    fit_output,
+    no_prompt_fits,
+    read_refusal,
+    truncation_cuts,
+    truncation_target,
+)
 from proxy.errors import ContextOverflow, UpstreamError
 from proxy.providers import PROVIDERS, Parsed
 
@@ -200,3 +211,22 @@ def test_an_overflow_after_a_stream_began_keeps_the_vendors_code():
     chat = PROVIDERS["openai_chat"]
     event = _events(chat.stream(Parsed(chat={}, stream=True, model="m")).error(PROMPT_TOO_LONG))[0]
     assert event["error"]["code"] == "context_length_exceeded"
+
+
+def test_truncation_cuts_keep_the_system_prompt_the_newest_message_and_every_call_with_its_result():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u0"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "r1"}, {"role": "tool", "tool_call_id": "c1", "content": "r2"},
+                {"role": "assistant", "content": "a"}, {"role": "user", "content": "u1"}]
+    cuts = truncation_cuts(messages)
+    assert cuts == [2, 5, 6]  # never before a tool result; never dropping the system prompt or the last
+    chat = {"model": "m", "messages": messages, "max_tokens": 8}
+    cut, dropped = cut_input(chat, 5)
+    assert cut["messages"] == [messages[0], messages[5], messages[6]] and dropped == 4 and cut["max_tokens"] == 8
+    assert chat["messages"] is messages and len(messages) == 7  # the request itself is left as it was
+    assert truncation_cuts([{"role": "user", "content": "only"}]) == []
+    assert truncation_cuts([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]) == []
+    overflow = ContextOverflow(prompt_tokens=900, context_length=256, max_prompt_tokens=255)
+    assert truncation_target(overflow, 32) == 223 and truncation_target(overflow, 32000) == 127
+    assert truncation_target(overflow, None) == 127
+
