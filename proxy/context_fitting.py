@@ -1,7 +1,8 @@
 """The gateway's engine round trip with the output limit fitted into the engine's context: a
 call sent once, and one the engine refuses for length counted (``/tokenize``) and sent once
-more with the room its prompt leaves, or refused in the caller's format; and the token counts
-clients ask for. The rules (reading refusals, the clamp, contexts per endpoint) are pure, in
+more with the room its prompt leaves, or refused in the caller's format (a token-in call's
+spliced ids alike, their count exact; a Responses call asking for truncation loses its oldest
+messages instead); and the token counts clients ask for. The rules (reading refusals, the clamp, contexts per endpoint) are pure, in
 ``context_limits``; this is their I/O side, a mixin of ``gateway.Gateway`` kept apart so the
 call's admission/release path and its context fitting are each read in one file."""
 
@@ -13,7 +14,9 @@ from pipeline.settings import Settings
 from proxy import context_limits, noise, upstream
 from proxy.context_limits import ContextLengths, EngineRefusal
 from proxy.errors import ContextOverflow, UpstreamRejected
+from proxy.token_in import Plan, TokenInCalls
 from proxy.upstream.base import tokenize_body
+from proxy.upstream.token_prompts import TokenCall
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -27,6 +30,7 @@ class ContextFitting:
     contexts: ContextLengths
     context_reserve: int
     noise: list[noise.Rule]
+    token_in: TokenInCalls
 
     def _sample(self, chat: dict[str, Any], top_logprobs: int,
                 sid: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -93,6 +97,38 @@ class ContextFitting:
             if context_limits.read_refusal(err.message) is None:
                 raise
             return False  # too long for the engine to even count
+
+    def _sample_spliced(self, plan: Plan, engine_call: TokenCall, chat: dict[str, Any], top_logprobs: int,
+                        sid: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """A spliced call's answer, the endpoint that gave it and the request it answered: as
+        ``_sample``, a call the engine refuses for length (its context not known yet, so not fitted
+        before sending) is sent once more with the room its prompt leaves (the spliced ids: an exact
+        count), or refused in the caller's format."""
+        assert plan.spliced is not None
+        try:
+            return (*self.token_in.sample(plan, engine_call, chat, top_logprobs, sid), chat)
+        except UpstreamRejected as rejected:
+            refusal = context_limits.read_refusal(rejected.message)
+            model = chat["model"] if isinstance(chat.get("model"), str) else None
+            context = self.contexts.learn(rejected.upstream_url or self.pool.order(sid)[0], model,
+                                          refusal.context_length) if refusal else None
+            if refusal is None or context is None:
+                raise
+            prompt_tokens, sent = len(plan.spliced.prompt_ids), chat.get("max_tokens")
+            limit = context_limits.fit_output(sent, prompt_tokens, context, reserve=self.context_reserve,
+                                              mode=self.settings.context_overflow)
+            if limit == sent:  # it fits by the ids' count yet the engine refused it: it would again
+                raise context_limits.overflow(prompt_tokens, context, self.context_reserve, sent) from None
+            fitted = {**chat, "max_tokens": limit}
+            again = self.token_in.request(plan, fitted, top_logprobs, context)
+            if again is None:  # (the path took it a moment ago: only the output limit changed)
+                raise
+        try:
+            return (*self.token_in.sample(plan, again, fitted, top_logprobs, sid), fitted)
+        except UpstreamRejected as rejected:
+            if context_limits.read_refusal(rejected.message) is None:
+                raise
+            raise context_limits.overflow(prompt_tokens, context, self.context_reserve, limit) from None
 
     def _context(self, chat: dict[str, Any], sid: str) -> int | None:
         model = chat["model"] if isinstance(chat.get("model"), str) else None

@@ -296,7 +296,7 @@ class Gateway(ContextFitting):
             t0 = time.perf_counter()
             with watching(call.client):  # a client that leaves aborts the engine call (ClientGone)
                 if plan is not None and engine_call is not None:
-                    raw, base = self.token_in.sample(plan, engine_call, chat, parsed.top_logprobs, sid)
+                    raw, base, chat = self._sample_spliced(plan, engine_call, chat, parsed.top_logprobs, sid)
                 elif parsed.truncate_input:
                     raw, base, chat, dropped = self._sample_truncating(chat, parsed.top_logprobs, sid)
                     if dropped:

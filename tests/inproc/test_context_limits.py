@@ -183,3 +183,60 @@ def test_records_keep_the_requested_and_the_served_model(engine, r, redis_url, t
     assert ask(kind, sdk_clients(app, key), VENDOR_MODEL[kind], 64) == "42"
     [rec] = raw_records(redis_url, key)
     assert (rec["model"], rec["upstream_model"]) == (VENDOR_MODEL[kind], "sdk-think")
+
+
+# --- token-in (agent.token_in): a call continuing a recorded turn is sent as ids -------------------
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command.", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+STEP = {"turns": [{"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}, {"content": "Done."}]}
+
+
+def token_in_stack(engine, redis_url, tmp_path, dialect):
+    server = create_app(engine, policies={"step": ScriptedPolicy.from_obj(STEP, name="step")}, dialect=dialect)
+    return create_proxy(proxy_settings(redis_url, tmp_path, upstream_engine=dialect), transport=WSGITransport(server))
+
+
+def continue_after_tool(app, key, tool_output: str, max_tokens: int):
+    """Two Chat calls: the first fits (the engine's context stays unknown to the proxy), the
+    second continues its recorded turn (spliced, sent as ids) with ``max_tokens``."""
+    sdk = sdk_clients(app, key)["openai"]
+    messages: list = [{"role": "user", "content": "List the files."}]
+    first = sdk.chat.completions.create(model="step", messages=messages, tools=[BASH], max_tokens=32)
+    [call] = first.choices[0].message.tool_calls
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": call.id, "type": "function",
+                      "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                 {"role": "tool", "tool_call_id": call.id, "content": tool_output}]
+    return sdk.chat.completions.create(model="step", messages=messages, tools=[BASH], max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_a_spliced_call_over_the_room_left_is_clamped_like_a_rendered_one(engine, r, redis_url, tmp_path, dialect):
+    """Token-in sessions get the same fitting as rendered calls: a spliced call whose prompt fits
+    but whose output limit does not, sent before the proxy knows the context, is refused by the
+    engine, then sent again with the room its (exactly counted) ids leave -- not the engine's
+    400 passed on to the agent (which a harness takes for a context overflow and compacts on)."""
+    app = token_in_stack(engine, redis_url, tmp_path, dialect)
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "auto"})
+    answer = continue_after_tool(app, key, "a.py b.py", max_tokens=CONTEXT)
+    if dialect == "vllm":  # (SGLang's /generate names no model: the tiny model answers, not the script)
+        assert answer.choices[0].message.content == "Done."
+    done, errors = records(redis_url, key)
+    assert errors == []
+    second = raw_records(redis_url, key)[1]
+    assert second["token_in"]["spliced"], second["token_in"]
+    assert second["requested_max_tokens"] == CONTEXT
+    reserve = 1 if dialect == "sglang" else 0  # SGLang keeps one token of the context free
+    assert second["sent_max_tokens"] == CONTEXT - reserve - len(second["prompt_ids"])
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_a_spliced_prompt_over_the_context_gets_the_vendors_overflow_error(engine, r, redis_url, tmp_path, dialect):
+    app = token_in_stack(engine, redis_url, tmp_path, dialect)
+    key = running_session(redis_url, agent={"custom_shell": "true", "token_in": "auto"})
+    with pytest.raises(Exception) as info:
+        continue_after_tool(app, key, LONG_TEXT, max_tokens=16)
+    overflow_seen("chat", info.value, prompt_fits=False)
+    done, errors = records(redis_url, key)
+    assert len(done) == 1 and [e["error_type"] for e in errors] == ["ContextOverflow"]
