@@ -228,6 +228,9 @@ class AgentSpec(_Spec):
     mcp_servers: list[dict[str, Any]] | None = None
     skills_path: str | None = None
     token_in: TokenIn = TokenIn.OFF  # default off until measured: see TokenIn
+    # The session's budget in model calls (every call the proxy admits, refused ones included):
+    # the next is refused and RUN stops the agent, a TIMEOUT (a harness looping on an error).
+    max_model_calls: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="before")
     @classmethod

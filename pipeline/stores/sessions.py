@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import redis
 
@@ -57,6 +57,8 @@ class F(str, Enum):
     EVAL_RUNTIME = "eval_runtime"  # handle of the fresh evaluation runtime (evaluator.refresh_runtime)
     EVAL_RUNTIME_ERROR = "eval_runtime_error"  # why it could not be made ready
     TOKEN_IN = "token_in"  # agent.token_in when not off: read by the proxy as it admits a call
+    MAX_CALLS = "max_calls"  # agent.max_model_calls when set: read by the proxy as it admits a call
+    CALLS_SPENT = "calls_spent"  # "1" once a call past max_calls was refused (RUN stops the agent)
     GRADE = "grade"  # EVALUATE's grade (JSON), committed before the runtimes are torn down (first wins)
     # Calls of the session waiting out a weight-sync pause now, since when, and the seconds spent
     # so in all (lua.SESSION_PARK): time RUN does not charge to the agent.
@@ -64,6 +66,12 @@ class F(str, Enum):
     PARKED_SINCE = "parked_since"
     PARKED_SECONDS = "parked_seconds"
     PARKED_SEEN = "parked_seen"  # when a proxy last said a call of the session still waits
+
+
+class RunPoll(NamedTuple):
+    cancel: bool
+    parked: float  # seconds the session's calls waited out weight-sync pauses
+    calls_spent: bool  # a call past agent.max_model_calls was refused
 
 
 def started_field(stage: Stage) -> str:
@@ -126,6 +134,7 @@ class SessionStore:
             F.KEY.value: secret,
             F.KEY_DIGEST.value: key_digest(secret),
             **({F.TOKEN_IN.value: spec.agent.token_in.value} if spec.agent.token_in != TokenIn.OFF else {}),
+            **({F.MAX_CALLS.value: spec.agent.max_model_calls} if spec.agent.max_model_calls else {}),
         })
         # Kept while the session may run (its budget) and then for as long as results are kept.
         target.expire(key, int(spec.timeout_seconds) + self._ttl + 3600)
@@ -241,22 +250,23 @@ class SessionStore:
         self._park(keys=[keys.session(session_id)], args=[0 if parked is None else 1 if parked else -1,
                                                           PARK_STALE_SECONDS])
 
-    def run_poll(self, session_id: str) -> tuple[bool, float]:
-        """What RUN polls while the agent runs, in one read: whether a cancel was requested, and
-        the seconds the session's calls have spent waiting out pauses (the wait going on included,
-        to its last refresh and ``PARK_STALE_SECONDS`` at most: a mark a killed proxy left stops)."""
+    def run_poll(self, session_id: str) -> RunPoll:
+        """What RUN polls while the agent runs, in one read: whether a cancel was requested, the
+        seconds the session's calls have spent waiting out pauses (the wait going on included, to
+        its last refresh and ``PARK_STALE_SECONDS`` at most: a mark a killed proxy left stops),
+        and whether its model-call budget is spent."""
         pipe = self._r.pipeline(transaction=False)
-        pipe.hmget(keys.session(session_id),
-                   [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value, F.PARKED_SEEN.value])
+        pipe.hmget(keys.session(session_id), [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value,
+                                              F.PARKED_SEEN.value, F.CALLS_SPENT.value])
         pipe.time()  # the marks are Redis TIME: the worker's clock would add its skew to every wait
-        (cancel, since, total, seen), (sec, usec) = pipe.execute()
+        (cancel, since, total, seen, spent), (sec, usec) = pipe.execute()
         parked = float(total or 0)
         if since:
             end = sec + usec / 1e6
             if seen:
                 end = min(end, float(seen) + PARK_STALE_SECONDS)
             parked += max(0.0, end - float(since))
-        return cancel == b"1", parked
+        return RunPoll(cancel == b"1", parked, spent == b"1")
 
     # --- stage markers (the redelivery guard, workers/stages/common.py) ---------------------
 

@@ -36,6 +36,29 @@ def test_timeout_kills_the_agent_and_keeps_a_partial_trajectory(client):
     assert result.timing.durations_ms["run"] < 60_000
 
 
+@pytest.mark.parametrize("loops", [False, True], ids=["exits-on-the-refusal", "loops-on-it"])
+def test_a_spent_model_call_budget_stops_the_agent_as_a_timeout(client, demo_task, stack, loops):
+    """agent.max_model_calls: a harness that loops on an error (opencode compacting an input that
+    never fits: 1,300 calls until the time budget) is stopped at its call budget. The call past
+    it is refused; an agent that exits on the refusal and one that keeps calling both end
+    TIMEOUT at once, with the calls made before it kept and graded."""
+    command = demo_task["agent"]["custom_shell"]["command"]
+    if loops:  # a harness that restarts on every error, for ever
+        demo_task["agent"]["custom_shell"]["command"] = f"while true; do {command}; sleep 0.2; done"
+    demo_task.update(num_samples=1, timeout_seconds=300)
+    demo_task["agent"]["max_model_calls"] = 1
+    status = client.wait(client.submit(demo_task), timeout=240, poll_seconds=0.3)
+    [result] = status.results
+    assert result.status == SessionStatus.TIMEOUT, (result.status, result.error)
+    assert "model-call budget (1 calls" in (result.error or "")
+    [trace] = result.trajectory.traces
+    assert trace.response_ids  # (per_request: one trace a call, and one call was admitted)
+    assert result.reward == 1.0  # graded: the one call it had wrote hello.txt (its tool call ran)
+    assert result.timing.durations_ms["run"] < 60_000  # stopped at the budget, not at the 300 s
+    errors = redis.Redis.from_url(stack.settings.redis_url).lrange(keys.session_errors(result.session_id), 0, -1)
+    assert errors == []  # the refused call was never admitted: nothing sampled, nothing recorded
+
+
 def test_cancel_tears_the_runtime_down(client, stack):
     task = sleepy_task(timeout_seconds=300, samples=2)
     task_id = client.submit(task)

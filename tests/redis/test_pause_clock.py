@@ -55,7 +55,7 @@ def test_a_sessions_waits_count_once_however_many_of_its_calls_wait_and_only_for
     spec = SessionSpec.expand(TaskRequest.model_validate({"instruction": "x", "agent": {"custom_shell": "true"}}))[0]
     store.register(spec)
     sid = spec.session_id
-    assert store.run_poll(sid) == (False, 0.0)
+    assert store.run_poll(sid) == (False, 0.0, False)
     store.park(sid, True)
     time.sleep(0.2)
     store.park(sid, True)  # a sub-agent's call waits too: the same span

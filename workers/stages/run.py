@@ -54,7 +54,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     cmd = harnesses.create(spec.agent.harness or "shell").command(HarnessContext(spec, env))
     own = agent_timeout(state)
     limit = min(remaining, own) if own is not None else remaining
-    stopped: list[str] = []  # why the run stopped the agent itself (a disk running full)
+    stopped: list[tuple[Outcome, str]] = []  # why the run stopped the agent itself (a full disk, its call budget)
     # The limit is kept here, not by the runtime: time paused for weight sync moves it. (Made
     # before the warm-up starts: nothing is left to clean up when Redis fails it.)
     clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid)[1],
@@ -64,7 +64,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     try:
         res = runtime.exec(
             cmd.command, cwd=cmd.cwd, env={**env, **cmd.env}, log_name="agent",
-            should_cancel=_cancel_check(d, sid, lease, stopped, clock),
+            should_cancel=_cancel_check(d, sid, lease, stopped, clock, spec.agent.max_model_calls),
         )
     finally:
         if warmup is not None:
@@ -72,7 +72,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
         _end_leftovers(runtime, sid)
         clock.finish()
     if stopped:
-        return Outcome.ERROR, stopped[0], None
+        return stopped[0][0], stopped[0][1], None
     # An agent that failed once its budget was over, or once a cancel came, failed because of it
     # (the proxy refuses such a session's calls: the agent exits on the error before it is killed).
     failed = not res.timed_out and not res.cancelled and res.exit_code != 0
@@ -84,9 +84,15 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
         return Outcome.ERROR, "run worker lost its lease", None
     if res.cancelled or (failed and d.stores.sessions.cancel_requested(sid)):
         return Outcome.CANCELLED, "cancelled while the agent ran", None
+    if failed and spec.agent.max_model_calls and d.stores.sessions.run_poll(sid).calls_spent:
+        return Outcome.TIMEOUT, calls_spent(spec.agent.max_model_calls), None  # it exited on the refusal
     if res.exit_code != 0:
         return Outcome.ERROR, f"agent exited {res.exit_code}: {output_tail(res)}", res.exit_code
     return Outcome.COMPLETED, None, 0
+
+
+def calls_spent(budget: int) -> str:
+    return f"agent used its model-call budget ({budget} calls: agent.max_model_calls)"
 
 
 def _end_leftovers(runtime: runtimes.Runtime, sid: str) -> None:
@@ -121,11 +127,12 @@ def output_tail(res: runtimes.ExecResult, limit: int = 1000) -> str:
     return "..." + (tail[start:] if 0 <= start < limit // 2 else tail)
 
 
-def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], clock: RunClock):
+def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[tuple[Outcome, str]], clock: RunClock,
+                  budget: int | None):
     """Polled by the runtime while the agent runs: the stage lease was lost, the agent's time is
     up (``clock``), a cancel was requested (read from Redis at most every ``cancel_poll_seconds``,
-    with the time the session's calls waited out pauses), or the disk is running full (its
-    reason goes into ``stopped``)."""
+    with the time the session's calls waited out pauses), the proxy refused a call past the
+    session's model-call budget, or the disk is running full (the last two say so in ``stopped``)."""
     next_read = [time.monotonic() + d.settings.cancel_poll_seconds]  # the stage's start just read it
     watched = (d.settings.home, d.settings.runtime_root)
 
@@ -141,11 +148,14 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[str], cloc
         short = disk_shortfall(watched, d.settings.min_free_disk_mb)
         if short:
             log.error("run %s: %s", sid, short)
-            stopped.append(short)
+            stopped.append((Outcome.ERROR, short))
             return True
-        cancel, parked = d.stores.sessions.run_poll(sid)
-        clock.observe(parked)
-        return clock.expired() or cancel
+        poll = d.stores.sessions.run_poll(sid)
+        clock.observe(poll.parked)
+        if poll.calls_spent and budget:
+            stopped.append((Outcome.TIMEOUT, calls_spent(budget)))
+            return True
+        return clock.expired() or poll.cancel
 
     return should_cancel
 

@@ -46,7 +46,9 @@ return transition(KEYS[1], ARGV[1], ARGV[2], ARGV[3], 4)
 # not accepting calls (status then says why); token_in = the session's agent.token_in ('' when
 # off). A session being cancelled, or past its budget ('deadline') or its agent's own
 # ('calls_until', agent_timeout), samples nothing more: its agent is being stopped, and an answer
-# sampled now (an agent outliving its SIGTERM) would be a turn the budget never allowed.
+# sampled now (an agent outliving its SIGTERM) would be a turn the budget never allowed. Nor does
+# one that has had its 'max_calls' (agent.max_model_calls): the refusal marks 'calls_spent', on
+# which RUN stops the agent.
 SESSION_BEGIN_CALL = Lua(
     "session_begin_call",
     """
@@ -54,8 +56,12 @@ local st = redis.call('HGET', KEYS[1], 'status')
 if not st or redis.call('HGET', KEYS[1], 'key_digest') ~= ARGV[1] then return {0, '', ''} end
 for i = 4, #ARGV do
   if ARGV[i] == st then
-    local f = redis.call('HMGET', KEYS[1], 'cancel', 'deadline', 'calls_until', 'token_in')
+    local f = redis.call('HMGET', KEYS[1], 'cancel', 'deadline', 'calls_until', 'token_in', 'max_calls', 'seq')
     if f[1] == '1' then return {-1, 'being cancelled', ''} end
+    if f[5] and tonumber(f[6] or '0') >= tonumber(f[5]) then
+      redis.call('HSET', KEYS[1], 'calls_spent', '1')
+      return {-1, 'past its model-call budget (' .. f[5] .. ' calls)', ''}
+    end
     if f[2] or f[3] then
       local now = redis.call('TIME')
       local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
