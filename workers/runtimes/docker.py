@@ -107,6 +107,7 @@ class DockerRuntime:
 
     def start(self) -> None:
         import docker
+        import requests
 
         for sub in SESSION_DIRS:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -133,8 +134,13 @@ class DockerRuntime:
                                     "(runtimes never pull: pull or load it on the worker host first)") from exc
         except docker.errors.APIError as exc:
             raise RuntimeStartError(f"the container engine refused the runtime: {exc.explanation or exc}") from exc
+        except requests.exceptions.RequestException as exc:  # its socket gone, or no answer in time
+            raise RuntimeStartError(f"cannot reach the container engine ({self._engine_name()}): {exc}") from exc
         if self.isolated:
             self._start_relay()
+
+    def _engine_name(self) -> str:
+        return self.handle.get("docker_host") or "DOCKER_HOST"
 
     def _limits(self, docker: Any) -> dict[str, Any]:
         limits, out = self.handle["limits"], {}
@@ -175,8 +181,10 @@ class DockerRuntime:
             self._docker.containers.get(self.name).remove(force=True)
         except docker.errors.NotFound:
             pass
-        shutil.rmtree(self.root, ignore_errors=True)
-        unmark_cancelled(self.root)
+        finally:  # the folder goes even when the engine cannot be reached (the sweeper removes the
+            # container, by its labels, once the engine answers again)
+            shutil.rmtree(self.root, ignore_errors=True)
+            unmark_cancelled(self.root)
 
     def cancel(self) -> None:
         mark_cancelled(self.root)

@@ -1,0 +1,78 @@
+"""The container engine's API going away under a stack (its service stopped, a crashed daemon):
+a docker session that INIT starts then ends ERROR at once, the error naming the engine, and
+nothing of it is left on the worker's host. Its own stack and its own podman service (the other
+e2e tests share one that must not stop)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from infra.stack import Stack, StackConfig
+from pipeline.client import RolloutClient
+from pipeline.settings import Settings
+from pipeline.status import SessionStatus
+from tests.conftest import TEST_IMAGE, _require_tool
+from tests.e2e.conftest import EXAMPLES, wait_for
+
+
+class Engine:
+    def __init__(self, sock) -> None:
+        self.sock, self.proc = sock, None
+
+    def start(self) -> None:
+        self.sock.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{self.sock}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not self.sock.exists():
+            assert time.monotonic() < deadline and self.proc.poll() is None, "podman system service did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def engine_and_stack(tmp_path_factory, model_dir, engine):
+    if engine is None:
+        _require_tool("podman")
+    own = Engine(tmp_path_factory.mktemp("own-podman") / "podman.sock")
+    own.start()
+    settings = Settings(home=tmp_path_factory.mktemp("engine-loss-home"), stage_lease_seconds=6,
+                        reaper_interval_seconds=2, docker_host=f"unix://{own.sock}")
+    config = StackConfig(settings=settings, model_dir=model_dir, policies={"demo-policy": str(EXAMPLES / "demo_policy.json")})
+    try:
+        with Stack(config) as stack:
+            yield own, stack
+    finally:
+        own.stop()
+
+
+def test_an_engine_gone_before_init_is_named_and_leaves_no_folder(engine_and_stack, demo_task):
+    own, stack = engine_and_stack
+    client = RolloutClient.from_settings(stack.settings)
+    demo_task["runtime"].update(backend="docker", image=TEST_IMAGE)
+    demo_task["num_samples"] = 1
+    # A first session: the INIT worker has talked to the engine (its client is made and kept).
+    first = client.wait(client.submit(demo_task), timeout=240, poll_seconds=0.3)
+    assert first.results[0].status == SessionStatus.COMPLETED, first.results[0].error
+    own.stop()
+    try:
+        demo_task["task_id"] += "-b"
+        started = time.monotonic()
+        status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.2)
+        [result] = status.results
+        assert result.status == SessionStatus.ERROR
+        assert time.monotonic() - started < 30
+        # The cause by name (it was "init: ('Connection aborted.', FileNotFoundError(2, ...))").
+        assert "cannot reach the container engine" in result.error and str(own.sock) in result.error, result.error
+        # Torn down though the engine is away: the session's folder goes with the session, not
+        # half a minute later with the sweeper.
+        wait_for(lambda: not (stack.settings.runtime_root / result.session_id).exists(), timeout=5)
+    finally:
+        own.start()
