@@ -116,6 +116,20 @@ def test_an_image_the_host_lacks_is_a_clear_session_error(client, demo_task, sta
     assert "never pull" in status.results[0].error  # refused at create: no download was tried
 
 
+def test_an_agent_over_its_containers_memory_limit_is_said_to_be_killed_for_it(client, demo_task, stack, needs):
+    """The kernel kills the agent (not the container) at ``memory_mb``: the session's error said
+    only "agent exited 137: (no output)"; it now names the memory limit."""
+    needs("docker")
+    demo_task["runtime"].update(backend="docker", image=TEST_IMAGE, memory_mb=128)
+    demo_task["agent"]["custom_shell"] = {"command": "python3 -c 'b = [bytearray(16 * 2**20) for _ in range(64)]'"}
+    demo_task["num_samples"] = 1
+    status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
+    [result] = status.results
+    assert result.status == SessionStatus.ERROR
+    assert "agent exited 137" in result.error and "memory limit (memory_mb=128)" in result.error, result.error
+    wait_for(lambda: not containers_of(stack, demo_task["task_id"]), timeout=30)
+
+
 @pytest.mark.parametrize("backend", ["local", "docker"])
 def test_polar_runtimes_sweep_removes_what_a_lost_stack_left(backend, stack, needs):
     """A runtime whose session Redis does not know (its stack was lost) is removed by the CLI."""

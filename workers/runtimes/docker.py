@@ -271,7 +271,10 @@ class DockerRuntime:
         if not (timed_out or cancelled) and (code is None or code >= 128):
             self._check_running(out, err)  # killed with its container: no result at all
         with out, err:
-            return ExecResult(exit_code=code, stdout=tail_of(out), stderr=tail_of(err), timed_out=timed_out,
+            stderr = tail_of(err)
+            if code == 128 + 9 and (oom := self._oom_note()):  # SIGKILL: the kernel's, for the memory limit?
+                stderr = f"{stderr.rstrip()}\n{oom}".lstrip()
+            return ExecResult(exit_code=code, stdout=tail_of(out), stderr=stderr, timed_out=timed_out,
                               cancelled=cancelled, duration_seconds=time.monotonic() - started,
                               log_paths={"stdout": str(out_path), "stderr": str(err_path)})
 
@@ -289,6 +292,25 @@ class DockerRuntime:
             why = ", killed for its memory limit" if state.get("OOMKilled") else ""
             raise ExecError(f"the container {self.name} stopped while the command ran (exit "
                             f"{state.get('ExitCode')}{why}){': ' + state['Error'] if state.get('Error') else ''}")
+
+    def _oom_note(self) -> str | None:
+        """Why a command died of SIGKILL while its container lives on, when the kernel killed a
+        process of the container for its memory limit (the container's own cgroup counts them:
+        ``oom_kill`` in cgroup v2's memory.events, v1's memory.oom_control); None otherwise."""
+        files = "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control"
+        try:
+            api = self._docker.api
+            exec_id = api.exec_create(self.name, ["bash", "-c", f"cat {files} 2>/dev/null"])["Id"]
+            text = api.exec_start(exec_id).decode("utf-8", "replace")
+        except Exception:  # the container or the engine went away: nothing to say
+            return None
+        kills = sum(int(f[1]) for f in (line.split() for line in text.splitlines())
+                    if len(f) == 2 and f[0] == "oom_kill" and f[1].isdigit())
+        if not kills:
+            return None
+        limit = self.handle["limits"].get("memory_mb")
+        return (f"[polar] killed for the container's memory limit ({f'memory_mb={limit}' if limit else 'its memory cgroup'}): "
+                f"the kernel's OOM killer ended {kills} process(es) in {self.name}")
 
     def _kill_group(self, pgid_file: str) -> None:
         try:
