@@ -116,6 +116,25 @@ def test_an_image_the_host_lacks_is_a_clear_session_error(client, demo_task, sta
     assert "never pull" in status.results[0].error  # refused at create: no download was tried
 
 
+def test_an_image_whose_container_exits_at_once_is_a_clear_session_error(client, demo_task, stack, needs, tmp_path):
+    """The runtime's container idles on the image's ``sleep infinity``; an image where that ends
+    at once left the session's error at the engine's words for the next command ("container
+    state improper", or a 409 "is stopped"), saying nothing of the image or its exit."""
+    needs("docker")
+    image = "localhost/polar-test-exits-at-once:1"
+    (tmp_path / "Containerfile").write_text(
+        f"FROM {TEST_IMAGE}\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/local/bin/sleep && chmod +x /usr/local/bin/sleep\n")
+    subprocess.run(["podman", "build", "--network", "none", "-q", "-t", image, str(tmp_path)], check=True,
+                   capture_output=True, timeout=300)
+    demo_task["runtime"].update(backend="docker", image=image)
+    demo_task["num_samples"] = 1
+    status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
+    [result] = status.results
+    assert result.status == SessionStatus.ERROR
+    assert "exited right after its start (exit 3)" in result.error and image in result.error, result.error
+    wait_for(lambda: not containers_of(stack, demo_task["task_id"]) and not leftovers(stack, status), timeout=30)
+
+
 def test_an_agent_over_its_containers_memory_limit_is_said_to_be_killed_for_it(client, demo_task, stack, needs):
     """The kernel kills the agent (not the container) at ``memory_mb``: the session's error said
     only "agent exited 137: (no output)"; it now names the memory limit."""

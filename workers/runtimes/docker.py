@@ -128,7 +128,11 @@ class DockerRuntime:
                         "polar.root": str(self.root.parent), "polar.created": repr(time.time())},
                 environment=self._base_env(), network_mode=self.handle["network"], volumes=volumes,
                 **self._limits(docker)).start()
-            self._run_quiet(["mkdir", "-p", self.workdir])
+            try:
+                self._run_quiet(["mkdir", "-p", self.workdir])
+            except ExecError:
+                self._exited_at_start()
+                raise
         except docker.errors.ImageNotFound as exc:
             raise RuntimeStartError(f"image {self.handle['image']!r} is not on this host's container engine "
                                     "(runtimes never pull: pull or load it on the worker host first)") from exc
@@ -138,6 +142,21 @@ class DockerRuntime:
             raise RuntimeStartError(f"cannot reach the container engine ({self._engine_name()}): {exc}") from exc
         if self.isolated:
             self._start_relay()
+
+    def _exited_at_start(self) -> None:
+        """Raise, naming why, when the container stopped as soon as it started: its idle init is
+        the image's ``sleep infinity``, and an image whose ``sleep`` does not take it (or ends at
+        once) leaves nothing to run commands in."""
+        try:
+            state = self._docker.api.inspect_container(self.name).get("State") or {}
+        except Exception:
+            return
+        if state.get("Running", True):
+            return
+        error = f", {state['Error']}" if state.get("Error") else ""
+        raise RuntimeStartError(f"the container {self.name} of image {self.handle['image']!r} exited right after "
+                                f"its start (exit {state.get('ExitCode')}{error}): the runtime keeps it alive with "
+                                "'sleep infinity' as its entrypoint, which must run until it is killed")
 
     def _engine_name(self) -> str:
         return self.handle.get("docker_host") or "DOCKER_HOST"
