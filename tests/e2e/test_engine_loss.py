@@ -1,10 +1,13 @@
-"""The container engine's API going away under a stack (its service stopped, a crashed daemon):
-a docker session that INIT starts then ends ERROR at once, the error naming the engine, and
-nothing of it is left on the worker's host. Its own stack and its own podman service (the other
-e2e tests share one that must not stop)."""
+"""The container engine's API going away under a stack (its service stopped, a crashed daemon)
+or hanging (a stopped or wedged daemon): a docker session that INIT starts then ends ERROR at
+once, the error naming the engine, nothing of it is left on the worker's host, and the rest of
+the stack keeps recovering lost stages. Its own stack and its own podman service (the other e2e
+tests share one that must not stop)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 
@@ -15,7 +18,7 @@ from pipeline.client import RolloutClient
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus
 from tests.conftest import TEST_IMAGE, _require_tool
-from tests.e2e.conftest import EXAMPLES, wait_for
+from tests.e2e.conftest import EXAMPLES, FIXTURES, sleepy_task, wait_for
 
 
 class Engine:
@@ -45,7 +48,8 @@ def engine_and_stack(tmp_path_factory, model_dir, engine):
     own.start()
     settings = Settings(home=tmp_path_factory.mktemp("engine-loss-home"), stage_lease_seconds=6,
                         reaper_interval_seconds=2, docker_host=f"unix://{own.sock}")
-    config = StackConfig(settings=settings, model_dir=model_dir, policies={"demo-policy": str(EXAMPLES / "demo_policy.json")})
+    config = StackConfig(settings=settings, model_dir=model_dir, policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
+                                                              "sleepy-policy": str(FIXTURES / "sleepy_policy.json")})
     try:
         with Stack(config) as stack:
             yield own, stack
@@ -76,3 +80,25 @@ def test_an_engine_gone_before_init_is_named_and_leaves_no_folder(engine_and_sta
         wait_for(lambda: not (stack.settings.runtime_root / result.session_id).exists(), timeout=5)
     finally:
         own.start()
+
+
+def test_a_hung_engine_does_not_hold_up_recovering_a_lost_worker(engine_and_stack):
+    """Every worker's reaper thread swept the host's containers before each pass, through a
+    client that waits 120 s: with the engine hung, a RUN worker killed under a *local* session
+    was recovered only after that wait. The sweep now comes after the pass and waits 10 s."""
+    own, stack = engine_and_stack
+    client = RolloutClient.from_settings(stack.settings)
+    task_id = client.submit(sleepy_task(timeout_seconds=300))  # the local runtime: no engine needed
+    sid = client.status(task_id).sessions[0].session_id
+    wait_for(lambda: (stack.settings.runtime_root / sid / "workspace" / "started.txt").exists(), timeout=60)
+    os.kill(own.proc.pid, signal.SIGSTOP)
+    try:
+        killed = time.monotonic()
+        stack.kill("worker-run")
+        # lease (6 s) + the reaper's grace (6 s) + a pass (2 s) + a sweep's wait (10 s) + the stages
+        status = client.wait(task_id, timeout=60, poll_seconds=0.3)
+        [result] = status.results
+        assert result.status == SessionStatus.ERROR and "run worker lost" in result.error, result.error
+        assert time.monotonic() - killed < 50
+    finally:
+        os.kill(own.proc.pid, signal.SIGCONT)

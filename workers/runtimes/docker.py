@@ -53,16 +53,16 @@ _clients: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def client(docker_host: str | None) -> Any:
-    """One Docker API client per host URL and process."""
+def client(docker_host: str | None, timeout: float = 120) -> Any:
+    """One Docker API client per host URL, timeout and process."""
     import docker
 
-    key = f"{os.getpid()}|{docker_host or ''}"
+    key = f"{os.getpid()}|{docker_host or ''}|{timeout}"
     with _lock:
         if key not in _clients:
             try:
-                _clients[key] = (docker.DockerClient(base_url=docker_host, timeout=120) if docker_host
-                                 else docker.from_env(timeout=120))
+                _clients[key] = (docker.DockerClient(base_url=docker_host, timeout=timeout) if docker_host
+                                 else docker.from_env(timeout=timeout))
             except docker.errors.DockerException as exc:
                 raise RuntimeStartError(f"cannot reach the container engine ({docker_host or 'DOCKER_HOST'}): {exc}") from exc
         return _clients[key]
@@ -393,22 +393,22 @@ class DockerRuntime:
                 shutil.copy2(extracted, target)
 
 
-def session_containers(docker_host: str | None, root: Path) -> list[tuple[str, str, float]]:
+def session_containers(docker_host: str | None, root: Path, timeout: float = 120) -> list[tuple[str, str, float]]:
     """(container, session, created) of every container this project made for sessions whose
     directories live in ``root`` -- another stack's containers (another root) are not ours."""
     found = []
-    for c in client(docker_host).containers.list(all=True, filters={"label": [
+    for c in client(docker_host, timeout).containers.list(all=True, filters={"label": [
             f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}):
         labels = c.labels or {}
         found.append((c.name, labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
     return found
 
 
-def remove_container(docker_host: str | None, name: str) -> None:
+def remove_container(docker_host: str | None, name: str, timeout: float = 120) -> None:
     import docker
 
     try:
-        client(docker_host).containers.get(name).remove(force=True)
+        client(docker_host, timeout).containers.get(name).remove(force=True)
     except docker.errors.NotFound:
         pass
 

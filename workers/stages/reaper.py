@@ -61,8 +61,15 @@ def sweep(d: Deps) -> list[str]:
 
 
 def reap_once(d: Deps) -> list[tuple[str, Stage]]:
-    """One pass: returns the (session, stage) pairs it dispatched again."""
-    sweep(d)
+    """One pass: returns the (session, stage) pairs it dispatched again; then this host's sweep
+    (after: a slow sweep -- a container engine that does not answer -- never holds up recovery)."""
+    try:
+        return _reap(d)
+    finally:
+        sweep(d)
+
+
+def _reap(d: Deps) -> list[tuple[str, Stage]]:
     if not try_reaper_pass(d.stores.r, d.settings.reaper_interval_seconds):
         return []  # another worker's reaper has this round
     found: list[tuple[str, Stage]] = []
