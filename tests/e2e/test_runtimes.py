@@ -126,13 +126,16 @@ def test_an_image_whose_container_exits_at_once_is_a_clear_session_error(client,
         f"FROM {TEST_IMAGE}\nRUN printf '#!/bin/sh\\nexit 3\\n' > /usr/local/bin/sleep && chmod +x /usr/local/bin/sleep\n")
     subprocess.run(["podman", "build", "--network", "none", "-q", "-t", image, str(tmp_path)], check=True,
                    capture_output=True, timeout=300)
-    demo_task["runtime"].update(backend="docker", image=image)
-    demo_task["num_samples"] = 1
-    status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
-    [result] = status.results
-    assert result.status == SessionStatus.ERROR
-    assert "exited right after its start (exit 3)" in result.error and image in result.error, result.error
-    wait_for(lambda: not containers_of(stack, demo_task["task_id"]) and not leftovers(stack, status), timeout=30)
+    try:
+        demo_task["runtime"].update(backend="docker", image=image)
+        demo_task["num_samples"] = 1
+        status = client.wait(client.submit(demo_task), timeout=120, poll_seconds=0.3)
+        [result] = status.results
+        assert result.status == SessionStatus.ERROR
+        assert "exited right after its start (exit 3)" in result.error and image in result.error, result.error
+        wait_for(lambda: not containers_of(stack, demo_task["task_id"]) and not leftovers(stack, status), timeout=30)
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True, timeout=120)
 
 
 def test_an_agent_over_its_containers_memory_limit_is_said_to_be_killed_for_it(client, demo_task, stack, needs):
