@@ -25,8 +25,8 @@ ADMIN_TOKEN = "admin-token-for-tests"  # a proxy without one answers its /admin 
 
 
 def proxy_settings(redis_url: str, home, **overrides) -> Settings:
-    return Settings(home=home, redis_url=redis_url, upstream_url=UPSTREAM, stream_keepalive_seconds=0.3,
-                    upstream_timeout_seconds=3, max_request_bytes=1_000_000, **overrides)
+    return Settings(**{"home": home, "redis_url": redis_url, "upstream_url": UPSTREAM, "stream_keepalive_seconds": 0.3,
+                       "upstream_timeout_seconds": 3, "max_request_bytes": 1_000_000, **overrides})
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pipeline.stores.proxy_control import ProxyControlStore
 from pipeline.stores.sessions import SessionStore
 from proxy.app import create_app
 from proxy.upstream import WSGITransport
-from tests.inproc.conftest import UPSTREAM, admin_client, proxy_settings, sdk_clients
+from tests.inproc.conftest import ADMIN_TOKEN, UPSTREAM, admin_client, proxy_settings, sdk_clients
 from tests.support import KINDS, MSG, PATHS, PROVIDER_OF, call, error_shape, records, running_session, sid_of, wait_for
 
 
@@ -276,14 +276,17 @@ def test_pause_holds_new_calls_until_resume_stamps_the_policy_version(proxy_app,
     assert [rec["policy_version"] for rec in done] == ["v2"]
 
 
-def test_calls_waiting_out_a_pause_are_never_counted_in_flight(proxy_app, redis_url):
+def test_calls_waiting_out_a_pause_are_never_counted_in_flight(r, redis_url, tmp_path):
     """A pause drains what runs; calls that arrive during it wait without holding a lease, so a
     pause taken while others wait (a trainer's next weight sync, a proxy restarted under load)
-    still reports drained."""
+    still reports drained. (The calls may wait 10 s here, the watching 2 s: under load the
+    fixture's 3 s ran out mid-watch and the calls ended 504.)"""
     import redis
 
     from pipeline import keys
 
+    proxy_app = create_app(proxy_settings(redis_url, tmp_path, admin_token=ADMIN_TOKEN, upstream_timeout_seconds=10),
+                           transport=WSGITransport(fake_upstream.app))
     r = redis.Redis.from_url(redis_url)
     admin = admin_client(proxy_app)
     hold = {"holder": "trainer"}  # pausing again as the same holder renews its hold (no second holder)
@@ -295,12 +298,12 @@ def test_calls_waiting_out_a_pause_are_never_counted_in_flight(proxy_app, redis_
         t.start()
     try:
         time.sleep(0.3)  # every call is at the gate
-        seen = []
-        for _ in range(400):  # over 2 s: forty rounds of each waiting call's re-check
+        seen, watch_until = [], time.monotonic() + 2.0
+        while time.monotonic() < watch_until:  # 2 s: forty rounds of each waiting call's re-check
             seen.append(r.zcard(keys.PROXY_CALLS))
             time.sleep(0.005)
         assert all(t.is_alive() for t in waiting)
-        assert max(seen) == 0, f"waiting calls held leases in {sum(1 for n in seen if n)} of 400 reads"
+        assert max(seen) == 0, f"waiting calls held leases in {sum(1 for n in seen if n)} of {len(seen)} reads"
         again = admin.post("/admin/pause", query_string={"timeout_seconds": 2, **hold}).get_json()
         assert again["paused"] and again["drained"] and again["holders"] == 1, again
     finally:
