@@ -10,13 +10,13 @@ tools folder at ``/polar/tools`` read-only. Files move as tar archives. Limits: 
 requests). Networks: ``host`` (the default with internet), ``bridge`` or a named network (the
 host is ``host.containers.internal`` / ``host.docker.internal``), ``none`` (the default without
 internet: the proxy is reached through a relay to its Unix socket). Every container is labelled
-(project, task, session, host folder) for the sweeper.
+(project, task, session, host folder) for the sweeper; the engine's clients and the calls the
+sweeper makes are in ``docker_engine``.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import tarfile
 import tempfile
@@ -41,31 +41,19 @@ from workers.runtimes.base import (
     tools_folder,
     unmark_cancelled,
 )
+from workers.runtimes.docker_engine import (  # the sweeper and tests call the last two as docker.*
+    PROJECT,
+    PROJECT_LABEL,
+    client,
+    remove_container,  # noqa: F401
+    session_containers,  # noqa: F401
+)
 from workers.runtimes.paths import container_path
 
-PROJECT_LABEL = "polar.project"
-PROJECT = "polar-rollout"
 TOOLS_MOUNT = "/polar/tools"
 POLL_SECONDS = 0.1
 SESSION_DIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")
 DOWNLOAD_MAX_BYTES = 256 * 2**20  # what one download may bring out of a container (a patch, a test log)
-_clients: dict[str, Any] = {}
-_lock = threading.Lock()
-
-
-def client(docker_host: str | None, timeout: float = 120) -> Any:
-    """One Docker API client per host URL, timeout and process."""
-    import docker
-
-    key = f"{os.getpid()}|{docker_host or ''}|{timeout}"
-    with _lock:
-        if key not in _clients:
-            try:
-                _clients[key] = (docker.DockerClient(base_url=docker_host, timeout=timeout) if docker_host
-                                 else docker.from_env(timeout=timeout))
-            except docker.errors.DockerException as exc:
-                raise RuntimeStartError(f"cannot reach the container engine ({docker_host or 'DOCKER_HOST'}): {exc}") from exc
-        return _clients[key]
 
 
 class DockerRuntime:
@@ -391,26 +379,6 @@ class DockerRuntime:
                 shutil.copytree(extracted, target, dirs_exist_ok=True, symlinks=True)
             else:
                 shutil.copy2(extracted, target)
-
-
-def session_containers(docker_host: str | None, root: Path, timeout: float = 120) -> list[tuple[str, str, float]]:
-    """(container, session, created) of every container this project made for sessions whose
-    directories live in ``root`` -- another stack's containers (another root) are not ours."""
-    found = []
-    for c in client(docker_host, timeout).containers.list(all=True, filters={"label": [
-            f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}):
-        labels = c.labels or {}
-        found.append((c.name, labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
-    return found
-
-
-def remove_container(docker_host: str | None, name: str, timeout: float = 120) -> None:
-    import docker
-
-    try:
-        client(docker_host, timeout).containers.get(name).remove(force=True)
-    except docker.errors.NotFound:
-        pass
 
 
 def _links_stay_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
