@@ -126,8 +126,10 @@ def docker_host(tmp_path_factory):
     if subprocess.run(["podman", "image", "exists", TEST_IMAGE]).returncode != 0:
         subprocess.run([str(root / "infra" / "images" / "build_test_image.sh")], check=True)
     sock = tmp_path_factory.mktemp("podman") / "podman.sock"
+    # cwd: conmon leaves files in its working directory (an empty "oom" after a container's
+    # OOM kill), which was the checkout's
     service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=sock.parent)
     deadline = time.monotonic() + 30
     while not sock.exists():
         if time.monotonic() > deadline or service.poll() is not None:

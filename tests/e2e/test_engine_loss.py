@@ -28,7 +28,7 @@ class Engine:
     def start(self) -> None:
         self.sock.unlink(missing_ok=True)
         self.proc = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{self.sock}"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.sock.parent)
         deadline = time.monotonic() + 30
         while not self.sock.exists():
             assert time.monotonic() < deadline and self.proc.poll() is None, "podman system service did not start"
