@@ -7,13 +7,13 @@ patch file a link to the worker's tokens.json had that file copied into the patc
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 
 import pytest
 
 from pipeline.errors import ExecError
 from workers.runtimes import docker as docker_runtime
+from workers.runtimes import docker_engine
 
 
 class _DockerAnswers:
@@ -35,7 +35,7 @@ class _DockerAnswers:
 
 def runtime(tmp_path, answers) -> docker_runtime.DockerRuntime:
     key = f"tcp://answers-{id(answers)}:1"
-    docker_runtime._clients[f"{os.getpid()}|{key}"] = answers  # (the runtime's client cache: per process and URL)
+    docker_engine._clients[docker_engine.client_key(key)] = answers  # (the runtime's client cache)
     return docker_runtime.DockerRuntime({"root": str(tmp_path / "s"), "container": "polar-sess", "network": "none",
                                          "workdir": "/polar/session/workspace", "docker_host": key})
 

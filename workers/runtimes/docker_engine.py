@@ -18,11 +18,16 @@ _clients: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
+def client_key(docker_host: str | None, timeout: float = 120) -> str:
+    """Where ``client`` keeps the client of this engine URL and timeout, in this process."""
+    return f"{os.getpid()}|{docker_host or ''}|{timeout}"
+
+
 def client(docker_host: str | None, timeout: float = 120) -> Any:
     """One Docker API client per host URL, timeout and process."""
     import docker
 
-    key = f"{os.getpid()}|{docker_host or ''}|{timeout}"
+    key = client_key(docker_host, timeout)
     with _lock:
         if key not in _clients:
             try:
