@@ -38,8 +38,7 @@ class ContextFitting:
         fits is one round trip; one the engine refuses for length is counted and sent once more
         with the room its prompt leaves (or refused in the caller's format)."""
         endpoint = self.pool.order(sid)[0]
-        model = chat["model"] if isinstance(chat.get("model"), str) else None  # passed on unchecked: any JSON
-        known = self.contexts.known(endpoint, model)
+        known = self.contexts.known(endpoint, _model(chat))
         if known is not None and context_limits.no_prompt_fits(chat.get("max_tokens"), known, self.context_reserve):
             try:  # certain to be refused: count first, saving the refused round trip
                 chat, _ = self._fit(chat, sid, known, None, None)
@@ -48,11 +47,10 @@ class ContextFitting:
         try:
             return (*self._post(chat, top_logprobs, sid), chat)
         except UpstreamRejected as rejected:
-            refusal = context_limits.read_refusal(rejected.message)
-            context = self.contexts.learn(rejected.upstream_url or endpoint, model,
-                                          refusal.context_length) if refusal else None
-            if refusal is None or context is None:
+            learnt = self._learnt_context(rejected, chat, endpoint)
+            if learnt is None:
                 raise
+            refusal, context = learnt
             fitted, prompt_tokens = self._fit(chat, sid, context, refusal, rejected)
         try:
             return (*self._post(fitted, top_logprobs, sid), fitted)
@@ -108,12 +106,10 @@ class ContextFitting:
         try:
             return (*self.token_in.sample(plan, engine_call, chat, top_logprobs, sid), chat)
         except UpstreamRejected as rejected:
-            refusal = context_limits.read_refusal(rejected.message)
-            model = chat["model"] if isinstance(chat.get("model"), str) else None
-            context = self.contexts.learn(rejected.upstream_url or self.pool.order(sid)[0], model,
-                                          refusal.context_length) if refusal else None
-            if refusal is None or context is None:
+            learnt = self._learnt_context(rejected, chat, self.pool.order(sid)[0])
+            if learnt is None:
                 raise
+            context = learnt[1]
             prompt_tokens, sent = len(plan.spliced.prompt_ids), chat.get("max_tokens")
             limit = context_limits.fit_output(sent, prompt_tokens, context, reserve=self.context_reserve,
                                               mode=self.settings.context_overflow)
@@ -130,9 +126,18 @@ class ContextFitting:
                 raise
             raise context_limits.overflow(prompt_tokens, context, self.context_reserve, limit) from None
 
+    def _learnt_context(self, rejected: UpstreamRejected, chat: dict[str, Any],
+                        endpoint: str) -> tuple[EngineRefusal, int] | None:
+        """What an engine's refusal says of its context, and the context length known from it
+        (stated, or from the endpoint's model cards); None when it refused for another reason."""
+        refusal = context_limits.read_refusal(rejected.message)
+        if refusal is None:
+            return None
+        context = self.contexts.learn(rejected.upstream_url or endpoint, _model(chat), refusal.context_length)
+        return (refusal, context) if context is not None else None
+
     def _context(self, chat: dict[str, Any], sid: str) -> int | None:
-        model = chat["model"] if isinstance(chat.get("model"), str) else None
-        return self.contexts.known(self.pool.order(sid)[0], model)
+        return self.contexts.known(self.pool.order(sid)[0], _model(chat))
 
     def _fit_spliced(self, chat: dict[str, Any], prompt_tokens: int, sid: str) -> dict[str, Any]:
         """A spliced call's output limit fitted into the engine's context, when known (its prompt's
@@ -189,3 +194,8 @@ class ContextFitting:
                              generation_prompt=chat.get("add_generation_prompt", True))
         data, _ = self.pool.post_json("/tokenize", body, affinity=affinity)
         return int(data.get("count", len(data.get("tokens") or [])))
+
+
+def _model(chat: dict[str, Any]) -> str | None:
+    """The model a request names, when a string (it is passed on unchecked: any JSON)."""
+    return chat["model"] if isinstance(chat.get("model"), str) else None

@@ -133,9 +133,7 @@ def truncation_cuts(messages: list[Any]) -> list[int]:
     first: before a user or assistant message after the first message that is not the system
     prompt (kept), so a tool result is never kept without its call; the last message is always
     kept (OpenAI: "dropping items from the beginning of the conversation")."""
-    first = next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
-                 len(messages))
-    return [i for i in range(first + 1, len(messages))
+    return [i for i in range(_first_not_system(messages) + 1, len(messages))
             if isinstance(messages[i], dict) and messages[i].get("role") in ("user", "assistant")]
 
 
@@ -143,9 +141,14 @@ def cut_input(chat: dict[str, Any], cut: int) -> tuple[dict[str, Any], int]:
     """``chat`` without its messages from the first non-system one up to ``cut``; and how many
     were dropped."""
     messages = chat["messages"]
-    first = next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
-                 len(messages))
+    first = _first_not_system(messages)
     return {**chat, "messages": messages[:first] + messages[cut:]}, cut - first
+
+
+def _first_not_system(messages: list[Any]) -> int:
+    """The index of the first message after the system prompt (truncation keeps what is before)."""
+    return next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
+                len(messages))
 
 
 def truncation_target(overflow: ContextOverflow, max_tokens: int | None) -> int:
