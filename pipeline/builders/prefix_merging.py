@@ -208,8 +208,7 @@ def _best_chain(candidates: list[_Chain], c: CompletionRecord) -> _Chain | None:
         prev = chain.records[-1]
         last, start = prev.response_ids, len(prev.prompt_ids)
         tokens_echoed = c.prompt_ids[start:start + len(last)] == last
-        before = prev.normalized_request.get("messages") or []
-        message_echoed = len(messages) > len(before) and _same_turn(messages[len(before)], prev.response_message)
+        message_echoed = _same_turn(_echo(prev, messages), prev.response_message)
         rank = (tokens_echoed, message_echoed, start, chain.order)
         if best_rank is None or rank > best_rank:
             best, best_rank = chain, rank
@@ -236,21 +235,24 @@ def _tail_chain(tips: TipIndex[_Chain], probe: Any, c: CompletionRecord, eot: in
     best = None
     for chain in candidates:
         prev = chain.records[-1]
-        before = prev.normalized_request.get("messages") or []
-        if eot in prev.prompt_ids[shared:] or len(messages) <= len(before) or \
-                not _same_turn(messages[len(before)], prev.response_message):
+        if eot in prev.prompt_ids[shared:] or not _same_turn(_echo(prev, messages), prev.response_message):
             continue
         if best is None or (len(prev.prompt_ids), chain.order) > (len(best.records[-1].prompt_ids), best.order):
             best = chain
     return (best, shared) if best is not None else (None, None)
 
 
+def _echo(prev: CompletionRecord, messages: list[Any]) -> Any:
+    """The message of a later request (``messages``) in the place of ``prev``'s sampled turn: the
+    one after ``prev``'s own messages (None when there is none)."""
+    at = len(prev.normalized_request.get("messages") or [])
+    return messages[at] if len(messages) > at else None
+
+
 def _rewritten(prev: CompletionRecord, c: CompletionRecord) -> bool:
     """Whether ``c``'s request shows ``prev``'s sampled turn as another assistant message (a
     harness's edit). Without messages to compare (a raw token request), no: a drift, as before."""
-    messages = c.normalized_request.get("messages") or []
-    before = prev.normalized_request.get("messages") or []
-    echoed = messages[len(before)] if len(messages) > len(before) else None
+    echoed = _echo(prev, c.normalized_request.get("messages") or [])
     sampled = prev.response_message
     if not isinstance(echoed, dict) or not isinstance(sampled, dict) or \
             echoed.get("role") != "assistant" or sampled.get("role") != "assistant":
