@@ -180,24 +180,25 @@ class OneWriteHandler(PyWSGIHandler):
     head_seconds = 20.0
     idle_seconds = 75.0
     _head_timer: Any = None
+    _shedding: shedding.WaitingConnections  # this server's (set as the connection starts, in handle)
     _served = False  # (a handler serves one connection: set once its first request has begun)
 
     def handle(self) -> None:
         # Every read and write on this connection, the wait for a kept-alive connection's next
         # request included: a client that makes no progress this long is gone.
         self.socket.settimeout(self.idle_seconds)
-        waiting = shedding.of(self.server)
-        waiting.make_room(self.server.pool)
+        self._shedding = shedding.of(self.server)
+        self._shedding.make_room(self.server.pool)
         try:
             super().handle()
         finally:
-            waiting.done(self)
+            self._shedding.done(self)
 
     def read_requestline(self) -> str:
         """gevent's, with the head's deadline started at the request's first byte (a new
         connection's first byte due within that deadline too: a client opens one to send)."""
         first, self._served = not self._served, True
-        shedding.of(self.server).waiting(self, self.socket)  # until its head is in (read_request)
+        self._shedding.waiting(self, self.socket)  # until its head is in (read_request)
         waiting = b""
         with gevent.Timeout(self.head_seconds if first else None, False):
             waiting = self.rfile.peek(1)
@@ -255,7 +256,7 @@ class OneWriteHandler(PyWSGIHandler):
             return super().read_request(raw_requestline)
         finally:
             self._head_timer.close()  # the head is in: the app's own time is not limited here
-            shedding.of(self.server).done(self)
+            self._shedding.done(self)
 
     def _handle_client_error(self, ex: Exception) -> Any:
         if isinstance(ex, (_SlowHead, TimeoutError)):
