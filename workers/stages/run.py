@@ -57,7 +57,7 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     stopped: list[tuple[Outcome, str]] = []  # why the run stopped the agent itself (a full disk, its call budget)
     # The limit is kept here, not by the runtime: time paused for weight sync moves it. (Made
     # before the warm-up starts: nothing is left to clean up when Redis fails it.)
-    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid)[1],
+    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid).parked,
                      lambda fields: d.stores.sessions.set(sid, **fields),
                      {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until})
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
