@@ -140,6 +140,11 @@ class Settings(BaseSettings):
     # session's files has less free: one agent writing without end would otherwise fill it, and
     # Redis (its append-only file), the logs and every other session with it. 0: never.
     min_free_disk_mb: int = Field(default=512, ge=0)
+    # The same for files: an agent making small files without end runs the filesystem out of
+    # inodes long before its space, and then nothing on it can make a file (Redis's rewrite of its
+    # append-only file, a new session's folder, a log's rotation). 0: never; filesystems without a
+    # fixed inode count (btrfs) are never short of them.
+    min_free_inodes: int = Field(default=20_000, ge=0)
     inflight_drain_seconds: float = Field(default=5.0, ge=0)
     # A proxy renews the lease of each model call it holds every third of this; a killed proxy's
     # calls stop counting as in flight (pause, POSTRUN) after at most this long.

@@ -199,6 +199,26 @@ def test_an_agent_is_stopped_when_the_disk_runs_full_and_not_otherwise(deps):
             assert "POLAR_MIN_FREE_DISK_MB" not in (result.error or ""), result.error
 
 
+def test_an_agent_is_stopped_when_the_disk_runs_out_of_inodes(deps):
+    """Small files without end use up a filesystem's inodes long before its space (the space
+    floor never trips), and then nothing on it can make a file: below POLAR_MIN_FREE_INODES free
+    files RUN stops the agent, saying so. (The floor is set above what this disk has.)"""
+    import os
+    import time
+
+    if not os.statvfs(deps.settings.home).f_files:
+        pytest.skip("this filesystem has no fixed inode count")
+    d = make_deps(deps.settings.model_copy(update={"min_free_disk_mb": 1, "min_free_inodes": 10**12}))
+    [sid] = submit(d, num_samples=1, runtime={"backend": "local"}, agent={"custom_shell": "sleep 60"},
+                   evaluator={"strategy": "session_completed"})
+    started = time.monotonic()
+    assert run_all(d, sid) == ["done"] * 5
+    result = d.stores.outputs.result(sid)
+    assert time.monotonic() - started < 20  # stopped within a poll, not after 60 s
+    assert result.status == SessionStatus.ERROR and "POLAR_MIN_FREE_INODES" in result.error, result.error
+    assert "files (inodes)" in result.error and "POLAR_MIN_FREE_DISK_MB" not in result.error
+
+
 def test_time_a_call_waited_out_a_weight_sync_pause_is_not_charged_to_the_agent(deps):
     """A trainer holds the proxy paused for 3 s while the agent's model call waits: the agent's
     own 1.5 s budget moves by that much, the call (answered past the nominal end) is admitted,

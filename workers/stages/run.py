@@ -145,7 +145,7 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[tuple[Outc
         if now < next_read[0] and not clock.reached():
             return False
         next_read[0] = now + d.settings.cancel_poll_seconds
-        short = disk_shortfall(watched, d.settings.min_free_disk_mb)
+        short = disk_shortfall(watched, d.settings.min_free_disk_mb, d.settings.min_free_inodes)
         if short:
             log.error("run %s: %s", sid, short)
             stopped.append((Outcome.ERROR, short))
@@ -160,11 +160,11 @@ def _cancel_check(d: Deps, sid: str, lease: StageLease, stopped: list[tuple[Outc
     return should_cancel
 
 
-def disk_shortfall(paths: tuple[Path, ...], min_free_mb: int) -> str | None:
+def disk_shortfall(paths: tuple[Path, ...], min_free_mb: int, min_free_inodes: int = 0) -> str | None:
     """Why a running agent must stop: a filesystem holding ``paths`` has less than ``min_free_mb``
-    MB free for us (statvfs, a few microseconds); None when every one has room, or when the
-    check is off (0)."""
-    if min_free_mb <= 0:
+    MB, or fewer than ``min_free_inodes`` files, free for us (statvfs, a few microseconds); None
+    when every one has room, or when a check is off (0)."""
+    if min_free_mb <= 0 and min_free_inodes <= 0:
         return None
     for path in paths:
         try:
@@ -173,9 +173,16 @@ def disk_shortfall(paths: tuple[Path, ...], min_free_mb: int) -> str | None:
             continue  # (not made yet, or gone: nothing to measure)
         free_mb = st.f_bavail * st.f_frsize / 2**20
         if free_mb < min_free_mb:
-            return (f"stopped: the disk holding {path} has {free_mb:.0f} MB free, under POLAR_MIN_FREE_DISK_MB "
-                    f"({min_free_mb}); the agent was stopped so that Redis, the logs and the other sessions keep room")
+            return _stopped(f"has {free_mb:.0f} MB free, under POLAR_MIN_FREE_DISK_MB ({min_free_mb})", path)
+        if st.f_files and st.f_favail < min_free_inodes:  # (f_files 0: no fixed count, e.g. btrfs)
+            return _stopped(f"has room for {st.f_favail} more files (inodes), under POLAR_MIN_FREE_INODES "
+                            f"({min_free_inodes})", path)
     return None
+
+
+def _stopped(shortage: str, path: Path) -> str:
+    return (f"stopped: the disk holding {path} {shortage}; the agent was stopped so that Redis, the logs "
+            "and the other sessions keep room")
 
 
 def recover(d: Deps, state: SessionState) -> Stage | None:
