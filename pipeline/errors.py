@@ -91,6 +91,10 @@ class PathRefused(RuntimeBackendError):
     pass
 
 
+class EngineNotAnswering(RuntimeBackendError):
+    """The container engine took longer than a control call may wait (a hung or wedged daemon)."""
+
+
 class HarnessError(PolarError):
     pass
 

@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     # mode like "container:<name>" or "ns:<path>", which joins another container's -- another session's.
     allowed_runtime_networks: str | None = None
     docker_host: str | None = None  # the docker (or podman) API socket; unset: DOCKER_HOST / the default
+    # How long a control call to the container engine (a command's start, a kill, an inspect, the
+    # teardown's remove) waits for its answer. A hung engine otherwise held each for the client's
+    # 120 s: a session far past its budget, its run slot held. Copies of files and the agent's own
+    # output stream keep the long wait.
+    docker_call_timeout_seconds: float = Field(default=30, gt=0)
     # The proxy also listens here (when set); runtimes without a network reach it through it.
     proxy_socket: Path | None = None
     # Host folders a task may upload from (prepare actions' src); nothing else on a worker host

@@ -47,7 +47,7 @@ def engine_and_stack(tmp_path_factory, model_dir, engine):
     own = Engine(tmp_path_factory.mktemp("own-podman") / "podman.sock")
     own.start()
     settings = Settings(home=tmp_path_factory.mktemp("engine-loss-home"), stage_lease_seconds=6,
-                        reaper_interval_seconds=2, docker_host=f"unix://{own.sock}")
+                        reaper_interval_seconds=2, docker_host=f"unix://{own.sock}", docker_call_timeout_seconds=5)
     config = StackConfig(settings=settings, model_dir=model_dir, policies={"demo-policy": str(EXAMPLES / "demo_policy.json"),
                                                               "sleepy-policy": str(FIXTURES / "sleepy_policy.json")})
     try:
@@ -102,3 +102,39 @@ def test_a_hung_engine_does_not_hold_up_recovering_a_lost_worker(engine_and_stac
         assert time.monotonic() - killed < 50
     finally:
         os.kill(own.proc.pid, signal.SIGCONT)
+
+
+def test_a_hung_engine_mid_run_ends_a_docker_session_soon_after_its_budget(engine_and_stack):
+    """The engine hung (SIGSTOP) while a docker session's agent runs: at its budget RUN kills the
+    agent, ends what it left, and EVALUATE tears the container down -- each a call to the engine.
+    They all waited the engine client's 120 s (a 20 s session took over 500 s, holding its run
+    slot). Control calls now wait ``docker_call_timeout_seconds`` (5 s here), and a runtime that
+    saw the engine not answer asks it nothing more."""
+    own, stack = engine_and_stack
+    client = RolloutClient.from_settings(stack.settings)
+    task = sleepy_task(timeout_seconds=20)
+    task["runtime"].update(backend="docker", image=TEST_IMAGE)
+    task_id = client.submit(task)
+    sid = client.status(task_id).sessions[0].session_id
+    folder = stack.settings.runtime_root / sid
+    wait_for(lambda: (folder / "workspace" / "started.txt").exists(), timeout=120)
+    os.kill(own.proc.pid, signal.SIGSTOP)
+    try:
+        hung = time.monotonic()
+        status = client.wait(task_id, timeout=240, poll_seconds=0.5)
+        took = time.monotonic() - hung
+        [result] = status.results
+        assert result.status == SessionStatus.TIMEOUT, result.error
+        # What was left of the budget (< 20 s) + the agent's kill (5 s) + the teardown's remove
+        # (5 s) + the stages; it was 20 + 4 x 120 s.
+        assert took < 75, f"the session ended {took:.0f}s after the engine hung"
+        assert not folder.exists()  # the folder goes with the session, the engine away or not
+    finally:
+        os.kill(own.proc.pid, signal.SIGCONT)
+    # Once the engine answers again, the sweeper removes the container the teardown could not.
+    from workers.runtimes import docker_engine
+
+    def gone() -> bool:
+        return not [c for c in docker_engine.session_containers(stack.settings.docker_host, stack.settings.runtime_root)
+                    if c[1] == sid]
+    wait_for(gone, timeout=90)

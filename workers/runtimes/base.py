@@ -35,6 +35,7 @@ class RuntimeHost:
 
     root: Path
     docker_host: str | None = None
+    docker_call_timeout: float = 30.0  # a control call's wait for the engine's answer
     proxy_socket: Path | None = None
     tools_dir: Path | None = None
     task_id: str = ""  # whose session it is (container labels)
@@ -47,6 +48,7 @@ class RuntimeHost:
     @classmethod
     def of(cls, settings: Any, task_id: str = "") -> "RuntimeHost":
         return cls(root=settings.runtime_root, docker_host=settings.docker_host,
+                   docker_call_timeout=settings.docker_call_timeout_seconds,
                    proxy_socket=settings.proxy_socket, tools_dir=settings.tools_path, task_id=task_id,
                    apptainer_bin=settings.apptainer_bin,
                    private=(settings.home, settings.runtime_root, settings.results_path))

@@ -10,16 +10,13 @@ tools folder at ``/polar/tools`` read-only. Files move as tar archives. Limits: 
 requests). Networks: ``host`` (the default with internet), ``bridge`` or a named network (the
 host is ``host.containers.internal`` / ``host.docker.internal``), ``none`` (the default without
 internet: the proxy is reached through a relay to its Unix socket). Every container is labelled
-(project, task, session, host folder) for the sweeper; the engine's clients and the calls the
-sweeper makes are in ``docker_engine``.
+(project, task, session, host folder) for the sweeper; the engine's clients (control calls wait
+``docker_call_timeout_seconds``) and the calls the sweeper makes are in ``docker_engine``.
 """
 
 from __future__ import annotations
 
-import io
 import shutil
-import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -44,19 +41,20 @@ from workers.runtimes.base import (
 from workers.runtimes.docker_engine import (  # the sweeper and tests call the last two as docker.*
     PROJECT,
     PROJECT_LABEL,
+    ControlApi,
     client,
     remove_container,  # noqa: F401
     session_containers,  # noqa: F401
 )
+from workers.runtimes.docker_files import ContainerFiles
 from workers.runtimes.paths import container_path
 
 TOOLS_MOUNT = "/polar/tools"
 POLL_SECONDS = 0.1
 SESSION_DIRS = ("workspace", "home", "tmp", "logs", "artifacts", ".pids")
-DOWNLOAD_MAX_BYTES = 256 * 2**20  # what one download may bring out of a container (a patch, a test log)
 
 
-class DockerRuntime:
+class DockerRuntime(ContainerFiles):
     backend = "docker"
 
     def __init__(self, handle: dict[str, Any]) -> None:
@@ -65,6 +63,7 @@ class DockerRuntime:
         self.name = handle["container"]
         self.workdir = handle["workdir"]
         self.isolated = handle["network"] == "none"
+        self._control = ControlApi(handle.get("docker_host"), float(handle.get("call_timeout") or 30))
 
     @classmethod
     def create(cls, spec: RuntimeSpec, session_id: str, host: RuntimeHost) -> "DockerRuntime":
@@ -76,6 +75,7 @@ class DockerRuntime:
             "backend": cls.backend, "session_id": session_id, "container": f"polar-{session_id}",
             "root": str((host.root / session_id).resolve()), "workdir": spec.workdir or f"{SESSION_MOUNT}/workspace",
             "image": spec.image, "network": network, "env": dict(spec.env), "docker_host": host.docker_host,
+            "call_timeout": host.docker_call_timeout,
             "proxy_socket": str(host.proxy_socket) if host.proxy_socket else None,
             "tools_dir": tools_folder(host),
             "limits": {"cpus": spec.cpus, "memory_mb": spec.memory_mb, "storage_mb": spec.storage_mb,
@@ -88,7 +88,7 @@ class DockerRuntime:
         return cls(handle)
 
     @property
-    def _docker(self) -> Any:
+    def _docker(self) -> Any:  # the long waits: making the container, copying files (others: _control)
         return client(self.handle.get("docker_host"))
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -136,7 +136,7 @@ class DockerRuntime:
         the image's ``sleep infinity``, and an image whose ``sleep`` does not take it (or ends at
         once) leaves nothing to run commands in."""
         try:
-            state = self._docker.api.inspect_container(self.name).get("State") or {}
+            state = self._control.inspect_container(self.name).get("State") or {}
         except Exception:
             return
         if state.get("Running", True):
@@ -166,12 +166,12 @@ class DockerRuntime:
         return out
 
     def _is_podman(self) -> bool:
-        components = self._docker.version().get("Components") or []
+        components = self._control.version().get("Components") or []
         return any("podman" in str(c.get("Name", "")).lower() for c in components)
 
     def _start_relay(self) -> None:
         script = f"{SESSION_MOUNT}/{relay.SCRIPT_PATH}"
-        self._docker.api.exec_start(self._docker.api.exec_create(
+        self._control.exec_start(self._control.exec_create(
             self.name, ["python3", script, str(relay.RELAY_PORT), f"{relay.SOCKET_DIR_MOUNT}/{self._socket_name}"]
         )["Id"], detach=True)
         deadline = time.monotonic() + 10
@@ -185,7 +185,7 @@ class DockerRuntime:
         import docker
 
         try:
-            self._docker.containers.get(self.name).remove(force=True)
+            self._control.remove_container(self.name, force=True)
         except docker.errors.NotFound:
             pass
         finally:  # the folder goes even when the engine cannot be reached (the sweeper removes the
@@ -223,7 +223,7 @@ class DockerRuntime:
                 **self.handle.get("env", {})}
 
     def _run_quiet(self, argv: list[str]) -> int:
-        api = self._docker.api
+        api = self._control
         try:
             exec_id = api.exec_create(self.name, argv)["Id"]
             api.exec_start(exec_id)
@@ -242,7 +242,7 @@ class DockerRuntime:
         # The exec'd bash leads its own process group: record it, then become the command.
         wrapper = 'echo $$ > "$POLAR_PGID_FILE"; exec bash -c "$POLAR_COMMAND"'
         workdir = container_path(self.workdir, cwd) if cwd else self.workdir  # refused before anything runs
-        api = self._docker.api
+        api = self._control  # (the output is streamed without its wait: only the answer's start has it)
         try:
             exec_id = api.exec_create(
                 self.name, ["bash", "-c", wrapper], workdir=workdir,
@@ -266,7 +266,7 @@ class DockerRuntime:
                 self._kill_group(pgid_file)
                 break
             reader.join(POLL_SECONDS if timeout is None else max(0.0, min(POLL_SECONDS, timeout - elapsed)))
-        reader.join(timeout=10)
+        reader.join(timeout=0 if self._control.unanswered else 10)  # a hung engine sends no more
         cancelled = cancelled or (not timed_out and cancel_marker(self.root).exists())
         try:
             code = None if (timed_out or cancelled) else api.exec_inspect(exec_id).get("ExitCode")
@@ -290,7 +290,7 @@ class DockerRuntime:
         memory limit): the command's signal exit is then the container's end, not the command's
         result. (Nothing inside can stop it: its init ignores signals it has no handler for.)"""
         try:
-            state = self._docker.api.inspect_container(self.name).get("State") or {}
+            state = self._control.inspect_container(self.name).get("State") or {}
         except Exception as exc:  # removed meanwhile, or the engine is away
             state = {"Running": False, "Error": str(exc)}
         if not state.get("Running", True):
@@ -306,7 +306,7 @@ class DockerRuntime:
         ``oom_kill`` in cgroup v2's memory.events, v1's memory.oom_control); None otherwise."""
         files = "/sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control"
         try:
-            api = self._docker.api
+            api = self._control
             exec_id = api.exec_create(self.name, ["bash", "-c", f"cat {files} 2>/dev/null"])["Id"]
             text = api.exec_start(exec_id).decode("utf-8", "replace")
         except Exception:  # the container or the engine went away: nothing to say
@@ -324,70 +324,6 @@ class DockerRuntime:
             self._run_quiet(["bash", "-c", f'kill -KILL -- -"$(cat {pgid_file})"'])
         except ExecError:
             pass
-
-    # --- files -------------------------------------------------------------------------------
-
-    def upload(self, src: str, dst: str) -> None:
-        target = container_path(self.workdir, dst)
-        parent, base = target.rsplit("/", 1) if target.rstrip("/") else ("/", "")
-        with tempfile.TemporaryFile() as buf:
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                tar.add(src, arcname=base)  # links stay links (tarfile does not follow them)
-            buf.seek(0)
-            if self._run_quiet(["mkdir", "-p", parent or "/"]) != 0:
-                raise ExecError(f"cannot create {parent} in {self.name}")
-            if not self._docker.api.put_archive(self.name, parent or "/", buf.read()):
-                raise ExecError(f"the engine refused the upload to {target}")
-
-    def write(self, dst: str, data: bytes) -> None:
-        target = container_path(self.workdir, dst)
-        parent, base = target.rsplit("/", 1) if target.rstrip("/") else ("/", "")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(base)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        if self._run_quiet(["mkdir", "-p", parent or "/"]) != 0:
-            raise ExecError(f"cannot create {parent} in {self.name}")
-        if not self._docker.api.put_archive(self.name, parent or "/", buf.getvalue()):
-            raise ExecError(f"the engine refused the upload to {target}")
-
-    def download(self, src: str, dst: str) -> None:
-        import docker
-
-        source = container_path(self.workdir, src)
-        try:
-            bits, stat = self._docker.api.get_archive(self.name, source)
-        except docker.errors.NotFound:
-            raise FileNotFoundError(src) from None
-        chunks, received = [], 0
-        for chunk in bits:  # held in memory: bounded, whatever a process still running in the container writes
-            received += len(chunk)
-            if received > DOWNLOAD_MAX_BYTES:
-                raise ExecError(f"{src} in {self.name} is larger than {DOWNLOAD_MAX_BYTES // 2**20} MB: not copied")
-            chunks.append(chunk)
-        data = io.BytesIO(b"".join(chunks))
-        target = Path(dst)
-        with tarfile.open(fileobj=data) as tar, tempfile.TemporaryDirectory() as tmp:
-            tar.extractall(tmp, filter=_links_stay_links)
-            extracted = Path(tmp) / Path(stat["name"]).name
-            if extracted.is_symlink():  # Docker hands a link over as one (podman resolves it in the container):
-                # copied, it would be followed here -- to a file of the worker's host
-                raise ExecError(f"{src} in {self.name} is a symbolic link: not copied")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if extracted.is_dir():
-                shutil.copytree(extracted, target, dirs_exist_ok=True, symlinks=True)
-            else:
-                shutil.copy2(extracted, target)
-
-
-def _links_stay_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """``data`` extraction (no absolute names, no '..', no devices, no hard links out), except that a
-    symbolic link may point anywhere: it arrives as a link, like the host backends' copies, and
-    nothing is ever written through it (the ``tar`` filter checks each member's real path)."""
-    if member.issym():
-        return tarfile.tar_filter(member, dest)
-    return tarfile.data_filter(member, dest)
 
 
 def _drain(stream: Any, out: BinaryIO, err: BinaryIO) -> None:

@@ -1,7 +1,8 @@
 """The container engine's side of the ``docker`` runtime that no one session owns: the Docker
 API clients (one per engine URL, timeout and process: a client is not shared across a fork),
-and the engine-wide calls the sweeper makes -- this project's containers under a host folder,
-and removing one by name. ``docker.py`` is the runtime itself."""
+a runtime's control calls (``ControlApi``), and the engine-wide calls the sweeper makes -- this
+project's containers under a host folder, and removing one by name. ``docker.py`` is the runtime
+itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import RuntimeStartError
+from pipeline.errors import EngineNotAnswering, RuntimeStartError
 
 PROJECT_LABEL = "polar.project"
 PROJECT = "polar-rollout"
@@ -38,6 +39,32 @@ def client(docker_host: str | None, timeout: float = 120) -> Any:
         return _clients[key]
 
 
+class ControlApi:
+    """One runtime's control calls to the engine's low-level API (``APIClient``'s methods: exec,
+    inspect, remove): each waits ``timeout`` for its answer, and once one is not answered in time
+    the engine is taken as hung for this runtime -- every later call fails at once with
+    ``EngineNotAnswering``, so a stage's kill, cleanup and teardown cost one wait, not one each.
+    (A streamed command's output is read without that limit: it is only the answer's start.)"""
+
+    def __init__(self, docker_host: str | None, timeout: float) -> None:
+        self.docker_host, self.timeout = docker_host, timeout
+        self.unanswered: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        import requests
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.unanswered is not None:
+                raise EngineNotAnswering(self.unanswered)
+            try:
+                return getattr(client(self.docker_host, self.timeout).api, name)(*args, **kwargs)
+            except requests.exceptions.Timeout as exc:
+                self.unanswered = (f"the container engine ({self.docker_host or 'DOCKER_HOST'}) did not answer "
+                                   f"within {self.timeout:g}s (docker_call_timeout_seconds): is it hung?")
+                raise EngineNotAnswering(self.unanswered) from exc
+        return call
+
+
 def session_containers(docker_host: str | None, root: Path, timeout: float = 120) -> list[tuple[str, str, float]]:
     """(container, session, created) of every container this project made for sessions whose
     directories live in ``root`` -- another stack's containers (another root) are not ours."""
@@ -58,4 +85,4 @@ def remove_container(docker_host: str | None, name: str, timeout: float = 120) -
         pass
 
 
-__all__ = ["PROJECT", "PROJECT_LABEL", "client", "remove_container", "session_containers"]
+__all__ = ["PROJECT", "PROJECT_LABEL", "ControlApi", "client", "remove_container", "session_containers"]
