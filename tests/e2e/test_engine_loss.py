@@ -82,6 +82,42 @@ def test_an_engine_gone_before_init_is_named_and_leaves_no_folder(engine_and_sta
         own.start()
 
 
+def test_a_hung_engine_at_init_ends_the_session_after_a_control_wait(engine_and_stack, demo_task):
+    """The engine hung before INIT makes the container: the create waited the client's 120 s, and
+    the teardown's remove 120 s more. Both now wait ``docker_call_timeout_seconds`` (5 s here),
+    and the error says the engine did not answer."""
+    own, stack = engine_and_stack
+    client = RolloutClient.from_settings(stack.settings)
+    demo_task["runtime"].update(backend="docker", image=TEST_IMAGE)
+    demo_task.update(num_samples=1, task_id=demo_task["task_id"] + "-hung-init")
+    os.kill(own.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status = client.wait(client.submit(demo_task), timeout=300, poll_seconds=0.3)
+        took = time.monotonic() - started
+        [result] = status.results
+        assert result.status == SessionStatus.ERROR
+        assert "did not answer within 5s" in result.error and str(own.sock) in result.error, result.error
+        assert took < 45, f"the session ended {took:.0f}s after it was submitted"
+        assert not (stack.settings.runtime_root / result.session_id).exists()
+    finally:
+        os.kill(own.proc.pid, signal.SIGCONT)
+    _swept(stack, result.session_id)
+
+
+def _swept(stack: Stack, sid: str) -> None:
+    """Once the engine answers again, the sweeper removes what a hung engine kept (a container
+    it made after the create gave up waiting, or one the teardown could not remove)."""
+    from workers.runtimes import docker_engine
+
+    def gone() -> bool:
+        return not [c for c in docker_engine.session_containers(stack.settings.docker_host, stack.settings.runtime_root)
+                    if c[1] == sid]
+    wait_for(gone, timeout=90)
+    time.sleep(3)  # a create the engine took before it hung may be made only now (after our list)
+    wait_for(gone, timeout=90)
+
+
 def test_a_hung_engine_does_not_hold_up_recovering_a_lost_worker(engine_and_stack):
     """Every worker's reaper thread swept the host's containers before each pass, through a
     client that waits 120 s: with the engine hung, a RUN worker killed under a *local* session
@@ -131,10 +167,4 @@ def test_a_hung_engine_mid_run_ends_a_docker_session_soon_after_its_budget(engin
         assert not folder.exists()  # the folder goes with the session, the engine away or not
     finally:
         os.kill(own.proc.pid, signal.SIGCONT)
-    # Once the engine answers again, the sweeper removes the container the teardown could not.
-    from workers.runtimes import docker_engine
-
-    def gone() -> bool:
-        return not [c for c in docker_engine.session_containers(stack.settings.docker_host, stack.settings.runtime_root)
-                    if c[1] == sid]
-    wait_for(gone, timeout=90)
+    _swept(stack, sid)

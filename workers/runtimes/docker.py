@@ -88,7 +88,7 @@ class DockerRuntime(ContainerFiles):
         return cls(handle)
 
     @property
-    def _docker(self) -> Any:  # the long waits: making the container, copying files (others: _control)
+    def _docker(self) -> Any:  # the long waits, copying files (every other call: _control)
         return client(self.handle.get("docker_host"))
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -109,7 +109,7 @@ class DockerRuntime(ContainerFiles):
         try:
             # create + start, not run: run pulls a missing image, and a runtime never downloads
             # (a missing image is the task's error, named, not a surprise pull mid-training).
-            self._docker.containers.create(
+            self._control.client().containers.create(
                 self.handle["image"], entrypoint=["sleep", "infinity"], name=self.name, detach=True,
                 labels={PROJECT_LABEL: PROJECT, "polar.task": self.handle["task_id"],
                         "polar.session": owner_session(self.handle["session_id"]),
@@ -126,7 +126,9 @@ class DockerRuntime(ContainerFiles):
                                     "(runtimes never pull: pull or load it on the worker host first)") from exc
         except docker.errors.APIError as exc:
             raise RuntimeStartError(f"the container engine refused the runtime: {exc.explanation or exc}") from exc
-        except requests.exceptions.RequestException as exc:  # its socket gone, or no answer in time
+        except requests.exceptions.Timeout as exc:
+            raise RuntimeStartError(self._control.timed_out()) from exc
+        except requests.exceptions.RequestException as exc:  # its socket gone
             raise RuntimeStartError(f"cannot reach the container engine ({self._engine_name()}): {exc}") from exc
         if self.isolated:
             self._start_relay()

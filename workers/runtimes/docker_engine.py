@@ -27,6 +27,7 @@ def client_key(docker_host: str | None, timeout: float = 120) -> str:
 def client(docker_host: str | None, timeout: float = 120) -> Any:
     """One Docker API client per host URL, timeout and process."""
     import docker
+    import requests
 
     key = client_key(docker_host, timeout)
     with _lock:
@@ -34,7 +35,9 @@ def client(docker_host: str | None, timeout: float = 120) -> Any:
             try:
                 _clients[key] = (docker.DockerClient(base_url=docker_host, timeout=timeout) if docker_host
                                  else docker.from_env(timeout=timeout))
-            except docker.errors.DockerException as exc:
+            except docker.errors.DockerException as exc:  # (a new client asks the engine its API version)
+                if isinstance(exc.__cause__, requests.exceptions.Timeout):
+                    raise EngineNotAnswering(not_answering(docker_host, timeout)) from exc
                 raise RuntimeStartError(f"cannot reach the container engine ({docker_host or 'DOCKER_HOST'}): {exc}") from exc
         return _clients[key]
 
@@ -57,12 +60,28 @@ class ControlApi:
             if self.unanswered is not None:
                 raise EngineNotAnswering(self.unanswered)
             try:
-                return getattr(client(self.docker_host, self.timeout).api, name)(*args, **kwargs)
+                return getattr(self.client().api, name)(*args, **kwargs)
             except requests.exceptions.Timeout as exc:
-                self.unanswered = (f"the container engine ({self.docker_host or 'DOCKER_HOST'}) did not answer "
-                                   f"within {self.timeout:g}s (docker_call_timeout_seconds): is it hung?")
-                raise EngineNotAnswering(self.unanswered) from exc
+                raise EngineNotAnswering(self.timed_out()) from exc
         return call
+
+    def client(self) -> Any:
+        """The high-level client with this wait (its timeouts go through ``timed_out``)."""
+        try:
+            return client(self.docker_host, self.timeout)
+        except EngineNotAnswering:
+            self.timed_out()
+            raise
+
+    def timed_out(self) -> str:
+        """Take the engine as hung for this runtime; what to say about it."""
+        self.unanswered = not_answering(self.docker_host, self.timeout)
+        return self.unanswered
+
+
+def not_answering(docker_host: str | None, timeout: float) -> str:
+    return (f"the container engine ({docker_host or 'DOCKER_HOST'}) did not answer within {timeout:g}s "
+            "(docker_call_timeout_seconds): is it hung?")
 
 
 def session_containers(docker_host: str | None, root: Path, timeout: float = 120) -> list[tuple[str, str, float]]:
