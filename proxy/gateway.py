@@ -29,7 +29,7 @@ from proxy.errors import ClientGone, ProxyError, UpstreamError
 from proxy.hot_redis import HotRedis, NoScript, Pending, RedisReplyError
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
-from proxy.providers import Parsed, Provider, ProviderScope, Turn, turn_from_chat
+from proxy.providers import PROVIDERS, Parsed, Provider, ProviderScope, Turn, turn_from_chat
 from proxy.providers.base import assistant_message
 from proxy.sessions import SessionGate, session_for
 from proxy.token_in import TokenInCalls
@@ -263,11 +263,14 @@ class Gateway(ContextFitting):
 
     def fail(self, lease: Lease, seq: int, provider: str, err: ProxyError, original: Any, started: float,
              entered: bool = True) -> None:
-        """Release the call and keep the failure for diagnosis (never as a completion)."""
+        """Release the call and keep the failure for diagnosis (never as a completion), its message
+        as the caller's API worded it: what the agent was told and logged (Claude Code's "prompt is
+        too long: ...", Gemini's "The input token count ..."), which the result's
+        ``last_proxy_error`` and the viewer show beside the agent's own output."""
         sid = lease.session_id
         self._release(lease, self.stores.records.append_error_commands(sid, build_error_record(
             session_id=sid, seq=seq, provider=provider, status=err.status, error_type=type(err).__name__,
-            message=err.message, original=original if isinstance(original, dict) else {},
+            message=str(PROVIDERS[provider].error(err)["error"]["message"]), original=original if isinstance(original, dict) else {},
             started_at=started, finished_at=time.time())), entered=entered)
         self.metrics.written("error")
 

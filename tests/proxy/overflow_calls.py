@@ -85,3 +85,15 @@ def overflow_seen(kind: str, err: BaseException, *, prompt_fits: bool) -> str:
     assert err.code == 400 and err.status == "INVALID_ARGUMENT"
     assert err.message and err.message.startswith("The input token count ("), err.message
     return str(err.message)
+
+
+def shown_message(kind: str, err: BaseException) -> str:
+    """The message of an error answer as the caller's API put it (no SDK decoration)."""
+    if kind in ("chat", "responses"):
+        assert isinstance(err, openai.APIStatusError), repr(err)
+        return str(err.body["message"])  # type: ignore[index]
+    if kind == "anthropic":
+        assert isinstance(err, anthropic.APIStatusError), repr(err)
+        return str(err.body["error"]["message"])  # type: ignore[index]
+    assert isinstance(err, genai_errors.APIError), repr(err)
+    return str(err.message)

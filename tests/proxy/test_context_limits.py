@@ -19,7 +19,16 @@ from infra.stack import Stack, StackConfig
 from pipeline import keys
 from pipeline.codec import unpack
 from pipeline.settings import Settings
-from tests.proxy.overflow_calls import KINDS, LONG_TEXT, PROVIDER_OF, VENDOR_MODEL, ask, overflow_seen, real_clients
+from tests.proxy.overflow_calls import (
+    KINDS,
+    LONG_TEXT,
+    PROVIDER_OF,
+    VENDOR_MODEL,
+    ask,
+    overflow_seen,
+    real_clients,
+    shown_message,
+)
 from tests.support import running_session, sid_of, wait_for
 
 CONTEXT = 256
@@ -71,6 +80,14 @@ def clamp_stack(small_engine, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def late_stack(small_engine, tmp_path_factory):
+    """Every stream opened before the engine answers (a 1 ms keepalive interval, as a slow engine
+    or a call parked by a weight-sync pause has it): a refusal comes as an event of a begun stream."""
+    with _proxy(small_engine, tmp_path_factory, "late", stream_keepalive_seconds=0.001) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
 def refuse_stack(small_engine, tmp_path_factory):
     with _proxy(small_engine, tmp_path_factory, "refuse", context_overflow="refuse") as stack:
         yield stack
@@ -111,8 +128,66 @@ def test_a_prompt_longer_than_the_context_gets_the_vendors_overflow_error(clamp_
         ask(kind, c, VENDOR_MODEL[kind], 32000, text=LONG_TEXT, stream=stream)
     overflow_seen(kind, info.value, prompt_fits=False)
     assert raw_records(clamp_stack, key) == []
-    assert [(e["status_code"], e["error_type"]) for e in error_records(clamp_stack, key)] == [(400, "ContextOverflow")]
+    # Recorded as the agent was told it (the result's last_proxy_error, the viewer): it was
+    # OpenAI Chat's wording whatever the API, e.g. "This model's maximum context length is ..."
+    # for a Claude Code session whose transcript says "prompt is too long: ...".
+    errors = [(e["status_code"], e["error_type"], e["message"]) for e in error_records(clamp_stack, key)]
+    assert errors == [(400, "ContextOverflow", shown_message(kind, info.value))]
     assert ask(kind, c, VENDOR_MODEL[kind], 32000) == "42"  # compacted history goes through again
+
+
+def _until_error(events) -> tuple[list, BaseException | None]:
+    got: list = []
+    try:
+        for event in events:
+            got.append(event)
+    except Exception as exc:  # noqa: BLE001 - the SDK's own error is what is checked
+        return got, exc
+    return got, None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_overflow_after_the_stream_began_is_the_sdks_error_and_no_completion(late_stack, kind):
+    """The head (and keepalives) went out before the engine refused: the refusal is the stream's
+    error event, which each official SDK raises as its own error (the Responses SDK yields its
+    ``error`` and ``response.failed`` events), in the vendor's overflow wording."""
+    import anthropic
+    import openai
+    from google.genai import errors as genai_errors
+
+    key = running_session(late_stack.settings.redis_url)
+    c, model, user = real_clients(late_stack.settings.proxy_url, key), VENDOR_MODEL[kind], [
+        {"role": "user", "content": LONG_TEXT}]
+    if kind == "chat":
+        got, err = _until_error(c["openai"].chat.completions.create(model=model, messages=user, stream=True))
+        assert [ch.choices[0].delta.role for ch in got] == ["assistant"]  # the head, then the error
+        assert isinstance(err, openai.APIError) and err.code == "context_length_exceeded", repr(err)
+        assert err.type == "invalid_request_error"
+        shown = err.message
+    elif kind == "responses":
+        got, err = _until_error(c["openai"].responses.create(model=model, input=LONG_TEXT, stream=True))
+        assert err is None and [e.type for e in got] == ["response.created", "response.in_progress", "error",
+                                                          "response.failed"]
+        assert got[2].code == got[3].response.error.code == "context_length_exceeded"
+        assert got[3].response.status == "failed" and got[3].response.error.message == got[2].message
+        shown = got[2].message
+    elif kind == "anthropic":
+        got, err = _until_error(c["anthropic"].messages.create(model=model, max_tokens=32000, messages=user,
+                                                              stream=True))
+        assert [e.type for e in got] == ["message_start"]
+        assert isinstance(err, anthropic.APIStatusError), repr(err)
+        assert err.body["type"] == "error" and err.body["error"]["type"] == "invalid_request_error"
+        shown = err.body["error"]["message"]
+        assert shown.startswith("prompt is too long: "), shown
+    else:
+        got, err = _until_error(c["google"].models.generate_content_stream(model=model, contents=LONG_TEXT))
+        assert got == [] and isinstance(err, genai_errors.ClientError), repr(err)
+        shown = overflow_seen(kind, err, prompt_fits=False)
+    assert raw_records(late_stack, key) == []
+    errors = [(e["status_code"], e["error_type"], e["message"]) for e in error_records(late_stack, key)]
+    assert errors == [(400, "ContextOverflow", shown)]
+    assert ask(kind, c, model, 32000, stream=True) == "42"  # a begun stream that is answered: as usual
+    assert len(raw_records(late_stack, key)) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
