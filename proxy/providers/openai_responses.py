@@ -92,6 +92,7 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     messages += history or []
     start = len(messages)
     messages += to_messages(own)
+    _outputs_answer_calls(messages)
     chat: dict[str, Any] = {"model": model, "messages": messages}
     if (max_output := opt_int(body, "max_output_tokens", minimum=1)) is not None:
         chat["max_tokens"] = max_output
@@ -324,6 +325,19 @@ class OpenAIResponses(ProviderBase):
         if isinstance(err, ContextOverflow) and not err.prompt_fits:  # the Responses API's own wording
             body["error"].update(param="input", message=_INPUT_OVERFLOW)
         return body
+
+
+def _outputs_answer_calls(messages: list[dict[str, Any]]) -> None:
+    """OpenAI's 400 for a tool call output that answers no call made before it (in this input or
+    the stored conversation it continues): the engine would render it as the output of a call the
+    model never made, and sample from that prompt."""
+    called: set[str] = set()
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            called.add(call["id"])
+        if m["role"] == "tool" and m["tool_call_id"] not in called:
+            raise BadRequest(f"No tool call found for function call output with call_id {m['tool_call_id']}.",
+                             param="input")
 
 
 def _not_found(route: Route) -> NotFound:

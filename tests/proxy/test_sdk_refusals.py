@@ -153,3 +153,29 @@ def test_a_chat_reasoning_effort_outside_openais_set_is_refused(ref_stack):
     assert answered(ref_stack, key) == []
     sdk.chat.completions.create(model="tiny", max_tokens=4, messages=messages, reasoning_effort="low")  # taken
     assert len(answered(ref_stack, key)) == 1
+
+
+def test_a_responses_function_call_output_answering_no_call_is_refused(ref_stack):
+    """OpenAI's 400 (Chat's tool message answering no call is refused too): it was sent on as a
+    tool message for a call the model never made, and the engine sampled from that prompt."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    call = {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "call_9", "output": "a.py"}
+    for history in ([], [call]):  # no call at all; a call of another id
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk.responses.create(model="tiny", max_output_tokens=4,
+                                 input=[{"role": "user", "content": "List the files."}, *history, output])
+        assert info.value.param == "input"
+        assert info.value.body["message"] == "No tool call found for function call output with call_id call_9."
+    assert answered(ref_stack, key) == []
+    first = sdk.responses.create(model="tiny", max_output_tokens=4,  # answering its call, it is taken
+                                 input=[{"role": "user", "content": "List the files."}, call,
+                                        {**output, "call_id": "call_1"}])
+    # ... and so is the answer to a call of the stored conversation it continues
+    stored = sdk.responses.create(model="tiny", max_output_tokens=4, previous_response_id=first.id,
+                                  input=[{"role": "user", "content": "Again."}, {**call, "call_id": "call_2"}])
+    sdk.responses.create(model="tiny", max_output_tokens=4, previous_response_id=stored.id,
+                         input=[{**output, "call_id": "call_2"}])
+    assert len(answered(ref_stack, key)) == 3
+
