@@ -87,6 +87,14 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if unknown:  # Google's 400 (a misspelt field would otherwise be dropped unread)
         raise BadRequest(f'Invalid JSON payload received. Unknown name "{unknown[0]}" at \'generation_config\': '
                          "Cannot find field.", param=f"generationConfig.{unknown[0]}")
+    # Asked for, these change what the caller gets back: refused rather than answered in text.
+    modalities = cfg.get("responseModalities")
+    if isinstance(modalities, list) and {str(m).upper() for m in modalities} - {"TEXT"}:
+        raise UnsupportedFeature(f"responseModalities {modalities} is not supported: this model answers in text",
+                                 param="generationConfig.responseModalities")
+    if cfg.get("speechConfig") is not None:
+        raise UnsupportedFeature("speechConfig is not supported: this model answers in text, not audio",
+                                 param="generationConfig.speechConfig")
     if cfg.get("candidateCount", 1) not in (1, None):
         raise UnsupportedFeature("only candidateCount 1 is supported", param="generationConfig.candidateCount")
     for src, dst, within in (("temperature", "temperature", (0.0, 2.0)), ("topP", "top_p", (0.0, 1.0)),

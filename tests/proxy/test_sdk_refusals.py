@@ -179,3 +179,24 @@ def test_a_responses_function_call_output_answering_no_call_is_refused(ref_stack
                          input=[{**output, "call_id": "call_2"}])
     assert len(answered(ref_stack, key)) == 3
 
+
+@pytest.mark.parametrize("config, param", [
+    (gt.GenerateContentConfig(response_modalities=["IMAGE"]), "generationConfig.responseModalities"),
+    (gt.GenerateContentConfig(response_modalities=["TEXT", "AUDIO"]), "generationConfig.responseModalities"),
+    (gt.GenerateContentConfig(speech_config=gt.SpeechConfig(voice_config=gt.VoiceConfig(
+        prebuilt_voice_config=gt.PrebuiltVoiceConfig(voice_name="Kore")))), "generationConfig.speechConfig"),
+])
+def test_gemini_image_or_audio_output_is_refused_not_answered_in_text(ref_stack, config, param):
+    """Asked for an image or speech, the caller got text (as Chat's ``modalities: ["audio"]`` is
+    refused): the model answers in text only."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai_client(ref_stack, key)
+    config.max_output_tokens = 4
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", contents="Draw a cat.", config=config)
+    assert info.value.code == 400 and info.value.status == "INVALID_ARGUMENT"
+    assert "this model answers in text" in info.value.message
+    assert answered(ref_stack, key) == []
+    sdk.models.generate_content(model="tiny", contents="hi", config=gt.GenerateContentConfig(
+        max_output_tokens=4, response_modalities=["TEXT"]))  # text: taken
+    assert len(answered(ref_stack, key)) == 1
