@@ -28,7 +28,7 @@ from proxy.client_watch import client_socket
 from proxy.control import PARKED
 from proxy.detection import detect
 from proxy.errors import BadRequest, ProxyError, UpstreamError
-from proxy.gateway import Call, Gateway
+from proxy.gateway import Call, Failed, Gateway
 from proxy.http_io import (
     JSON,
     Answer,
@@ -141,7 +141,8 @@ class ModelCalls:
             gw.cancel_admit(admission)
             raise
         # A stream that finds inference paused is opened and kept alive while it waits (``_stream``).
-        lease, seq, version, token_in = gw.admitted(admission, park=parsed is not None and parsed.stream)
+        lease, seq, version, token_in = gw.admitted(admission, park=parsed is not None and parsed.stream,
+                                                    failed=Failed(provider.name, body))
         parked = version == PARKED
         started = time.time()
         admitted.append(request_id(lease.session_id, seq))

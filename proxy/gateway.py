@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import redis
 
@@ -25,7 +25,7 @@ from proxy.client_watch import has_left, watching
 from proxy.context_fitting import ContextFitting
 from proxy.context_limits import ContextLengths
 from proxy.control import Control
-from proxy.errors import ClientGone, ProxyError, UpstreamError
+from proxy.errors import ProxyError, UpstreamError
 from proxy.hot_redis import HotRedis, NoScript, Pending, RedisReplyError
 from proxy.inflight import InflightCalls, Lease
 from proxy.metrics import NoMetrics, ProxyMetrics
@@ -46,6 +46,12 @@ class Admission:
     key: str | None
     lease: Lease
     pending: Pending | None  # the admission's round trip, sent (None: Redis was away)
+
+
+class Failed(NamedTuple):
+    """What a call's error record names: its provider, and the request as the client sent it."""
+    provider: str
+    original: Any
 
 
 @dataclass
@@ -126,10 +132,13 @@ class Gateway(ContextFitting):
                 *self.stores.proxy_control.enter_commands(call_id, expiry)]
 
     def admitted(self, admission: "Admission", retried: bool = False, waiting: bool = False,
-                 park: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+                 park: bool = False, failed: "Failed | None" = None) -> tuple[Lease, int, str | None, TokenIn]:
         """The admission's verdict: (lease, sequence number, policy version, token-in mode). While
         weight sync pauses inference the call waits here -- or, with ``park``, the version is
-        ``control.PARKED`` and the call waits in ``unpark`` (a stream kept alive meanwhile)."""
+        ``control.PARKED`` and the call waits in ``unpark`` (a stream kept alive meanwhile). A call
+        numbered and then refused by its wait (the pause outlasted it, its session ended) leaves
+        an error record when ``failed`` says for which provider and request: every number has one
+        (POSTRUN counts a number without a record as a call the service lost)."""
         lease, sid = admission.lease, admission.lease.session_id
         try:
             if admission.pending is None:
@@ -139,7 +148,7 @@ class Gateway(ContextFitting):
             self.inflight.done(lease)
             if waiting:
                 raise
-            return self._admit_when_back(admission.key, away, park)
+            return self._admit_when_back(admission.key, away, park, failed)
         except NoScript:
             # Redis restarted (or dropped its scripts) since this process loaded ours; the
             # round trip's other commands still ran, so undo them before trying again.
@@ -147,7 +156,7 @@ class Gateway(ContextFitting):
             self.gate.reload()
             if retried:
                 raise
-            return self.admitted(self.begin_admit(admission.key), retried=True, park=park)
+            return self.admitted(self.begin_admit(admission.key), retried=True, park=park, failed=failed)
         except BaseException:
             self.inflight.done(lease)
             raise
@@ -162,21 +171,25 @@ class Gateway(ContextFitting):
                                                     still_wanted=lambda: self.check_key(admission.key),
                                                     park=park, parked=lambda on: self._parked(sid, on)), token_in
         except ProxyError as err:
-            self._release(lease, [], entered=False)
+            if failed is None:
+                self._release(lease, [], entered=False)
+            else:
+                self.fail(lease, seq, failed.provider, err, failed.original, time.time(), entered=False)
             raise err
 
-    def _admit_when_back(self, key: str | None, away: Exception,
-                         park: bool = False) -> tuple[Lease, int, str | None, TokenIn]:
+    def _admit_when_back(self, key: str | None, away: Exception, park: bool = False,
+                         failed: "Failed | None" = None) -> tuple[Lease, int, str | None, TokenIn]:
         """Admit a call that found Redis away, once it is back: nothing was sampled yet, so the
         call waits rather than fail with a 503 that an SDK's few quick retries would not outlast.
         (An admission whose reply was lost may have been counted: its in-flight entry lapses
         with its lease, as a killed proxy's does.)"""
-        return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True, park=park), away)
+        return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True, park=park,
+                                                           failed=failed), away)
 
     def unpark(self, call: Call, key: str | None) -> None:
         """Wait out the pause a parked call found (``admitted(park=True)``), then stamp the
         version it samples under; a call that cannot go on (the pause outlasted its wait, its
-        session ended) leaves with nothing recorded, as one refused at admission does; one whose
+        session ended) leaves its error record, as one that waited at admission does; one whose
         client left is recorded as ``ClientGone``, as when it leaves while the engine samples
         (POSTRUN counts it in ``calls_aborted``, not as a call the service lost)."""
         try:
@@ -185,11 +198,8 @@ class Gateway(ContextFitting):
                                                         still_wanted=lambda: self.check_key(key),
                                                         gone=lambda: has_left(call.client),
                                                         parked=lambda on: self._parked(call.lease.session_id, on))
-        except ClientGone as err:  # kept as the engine-call watch keeps it: an aborted call, not a lost one
+        except ProxyError as err:  # (ClientGone: kept as the engine-call watch keeps it, an aborted call)
             self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started, entered=False)
-            raise
-        except ProxyError:
-            self._release(call.lease, [], entered=False)
             raise
         except BaseException:
             self.abandon(call.lease)

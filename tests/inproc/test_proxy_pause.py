@@ -190,7 +190,8 @@ def test_the_apis_status_and_polar_status_show_who_holds_the_pause(proxy_app, re
 
 def test_a_call_parked_past_its_sessions_end_never_reaches_the_engine(proxy_app, redis_url):
     """A session whose budget ran out while its call waited out a pause: after the resume the
-    call is refused as the ended session's, not sent to the engine (and recorded as aborted)."""
+    call is refused as the ended session's, not sent to the engine -- and its number has its
+    record, the refusal (without one POSTRUN counted it as a call the service lost)."""
     import openai
 
     from pipeline.status import SessionStatus
@@ -217,7 +218,9 @@ def test_a_call_parked_past_its_sessions_end_never_reaches_the_engine(proxy_app,
     assert admin.post("/admin/resume", json={"holder": held["holder"]}).status_code == 200
     waiting.join(timeout=10)
     assert outcome == [403]
-    assert records(redis_url, key) == ([], [])  # nothing sampled, nothing recorded
+    done, errors = records(redis_url, key)
+    assert not done  # nothing sampled
+    assert [(e["seq"], e["status_code"], e["error_type"]) for e in errors] == [(1, 403, "SessionNotActive")]
 
 
 def test_an_integer_version_only_moves_forward_unless_forced(proxy_app):

@@ -448,3 +448,38 @@ def test_a_stream_parked_by_a_pause_whose_client_leaves_stops_counting_at_once(f
         assert not done and [(e["status_code"], e["error_type"]) for e in errors] == [(499, "ClientGone")]
     finally:
         admin.post(f"{proxy}/admin/resume", json={"holder": "parked-client-test"})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed (parked)"])
+def test_a_call_whose_pause_outlasts_its_wait_leaves_an_error_record(fake_stack, stream):
+    """A call that waits out a weight-sync pause longer than it may (upstream_timeout_seconds, 3 s
+    here) is answered 504 -- but it had been numbered at admission, and was released with no
+    record: POSTRUN then counted it in ``calls_unrecorded`` and, as the session's last call,
+    named "the proxy or its Redis failed" as the cause. It leaves its own error record now."""
+    import redis
+
+    key = running_session(fake_stack.settings.redis_url)
+    proxy = fake_stack.settings.proxy_url
+    admin = httpx.Client(headers={"x-polar-admin-token": fake_stack.settings.secret("admin_token") or ""}, timeout=60)
+    holder = f"outlasted-{stream}"
+    assert admin.post(f"{proxy}/admin/pause", json={"holder": holder, "timeout_seconds": 5}).json()["paused"]
+    try:
+        client = openai.OpenAI(base_url=f"{proxy}/s/{key}/v1", api_key="x", max_retries=0, timeout=30)
+        with pytest.raises(openai.APIError) as caught:
+            if stream:
+                list(client.chat.completions.create(model="fake", messages=MSG, stream=True))
+            else:
+                client.chat.completions.create(model="fake", messages=MSG)
+        assert "weight sync" in str(caught.value)
+    finally:
+        admin.post(f"{proxy}/admin/resume", json={"holder": holder})
+    done, errors = records(fake_stack.settings.redis_url, key)
+    assert not done
+    assert [(e["seq"], e["status_code"], e["error_type"]) for e in errors] == [(1, 504, "UpstreamTimeout")], errors
+    assert "weight sync" in errors[0]["message"]
+    # Every admitted call has its record: none is counted as lost.
+    from pipeline.schemas import UpstreamErrorRecord
+    from workers.stages.postrun import calls_unrecorded
+
+    admitted = int(redis.Redis.from_url(fake_stack.settings.redis_url).hget(keys.session(sid_of(key)), "seq") or 0)
+    assert admitted == 1 and calls_unrecorded(admitted, [], [UpstreamErrorRecord.model_validate(e) for e in errors]) == 0
