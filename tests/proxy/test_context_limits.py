@@ -81,8 +81,8 @@ def clamp_stack(small_engine, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def late_stack(small_engine, tmp_path_factory):
-    """Every stream opened before the engine answers (a 1 ms keepalive interval, as a slow engine
-    or a call parked by a weight-sync pause has it): a refusal comes as an event of a begun stream."""
+    """Streams opened 1 ms after their call is admitted: with the call parked by a weight-sync
+    pause until the stream has begun, the refusal comes as an event of a begun stream."""
     with _proxy(small_engine, tmp_path_factory, "late", stream_keepalive_seconds=0.001) as stack:
         yield stack
 
@@ -146,6 +146,27 @@ def _until_error(events) -> tuple[list, BaseException | None]:
     return got, None
 
 
+def _after_a_parked_start(stack, key: str, call) -> tuple[list, BaseException | None]:
+    """``call``'s events up to its error, the call parked by a weight-sync pause until its stream
+    has begun (an engine that refuses within the keepalive interval would be a plain 400)."""
+    import threading
+
+    admin = httpx.Client(headers={"x-polar-admin-token": stack.settings.secret("admin_token") or ""}, timeout=30)
+    in_flight = redis.Redis.from_url(stack.settings.redis_url)
+    assert admin.post(f"{stack.settings.proxy_url}/admin/pause", json={"holder": key, "timeout_seconds": 30}).json()["paused"]
+    out: list = []
+    try:
+        caller = threading.Thread(target=lambda: out.append(_until_error(call())), daemon=True)
+        caller.start()
+        # Admitted and parked; its stream opens 1 ms later (the keepalive interval), well before
+        # this test's resume reaches the proxy.
+        wait_for(lambda: in_flight.zcard(keys.session_calls(sid_of(key))) == 1, timeout=30, interval=0.02)
+    finally:
+        admin.post(f"{stack.settings.proxy_url}/admin/resume", json={"holder": key})
+    caller.join(timeout=60)
+    return out[0]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_overflow_after_the_stream_began_is_the_sdks_error_and_no_completion(late_stack, kind):
     """The head (and keepalives) went out before the engine refused: the refusal is the stream's
@@ -158,29 +179,30 @@ def test_an_overflow_after_the_stream_began_is_the_sdks_error_and_no_completion(
     key = running_session(late_stack.settings.redis_url)
     c, model, user = real_clients(late_stack.settings.proxy_url, key), VENDOR_MODEL[kind], [
         {"role": "user", "content": LONG_TEXT}]
+    calls = {"chat": lambda: c["openai"].chat.completions.create(model=model, messages=user, stream=True),
+             "responses": lambda: c["openai"].responses.create(model=model, input=LONG_TEXT, stream=True),
+             "anthropic": lambda: c["anthropic"].messages.create(model=model, max_tokens=32000, messages=user,
+                                                                 stream=True),
+             "google": lambda: c["google"].models.generate_content_stream(model=model, contents=LONG_TEXT)}
+    got, err = _after_a_parked_start(late_stack, key, calls[kind])
     if kind == "chat":
-        got, err = _until_error(c["openai"].chat.completions.create(model=model, messages=user, stream=True))
         assert [ch.choices[0].delta.role for ch in got] == ["assistant"]  # the head, then the error
         assert isinstance(err, openai.APIError) and err.code == "context_length_exceeded", repr(err)
         assert err.type == "invalid_request_error"
         shown = err.message
     elif kind == "responses":
-        got, err = _until_error(c["openai"].responses.create(model=model, input=LONG_TEXT, stream=True))
         assert err is None and [e.type for e in got] == ["response.created", "response.in_progress", "error",
                                                           "response.failed"]
         assert got[2].code == got[3].response.error.code == "context_length_exceeded"
         assert got[3].response.status == "failed" and got[3].response.error.message == got[2].message
         shown = got[2].message
     elif kind == "anthropic":
-        got, err = _until_error(c["anthropic"].messages.create(model=model, max_tokens=32000, messages=user,
-                                                              stream=True))
         assert [e.type for e in got] == ["message_start"]
         assert isinstance(err, anthropic.APIStatusError), repr(err)
         assert err.body["type"] == "error" and err.body["error"]["type"] == "invalid_request_error"
         shown = err.body["error"]["message"]
         assert shown.startswith("prompt is too long: "), shown
     else:
-        got, err = _until_error(c["google"].models.generate_content_stream(model=model, contents=LONG_TEXT))
         assert got == [] and isinstance(err, genai_errors.ClientError), repr(err)
         shown = overflow_seen(kind, err, prompt_fits=False)
     assert raw_records(late_stack, key) == []
