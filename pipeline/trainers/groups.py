@@ -195,7 +195,10 @@ def advantages(group: Group, method: Literal["grpo", "loo"] = "grpo", eps: float
     grpo: (r - mean) / (std + eps). loo (leave-one-out): r - mean of the others' rewards. The
     group's statistics are the sessions' rewards; a trace whose own reward differs (e.g. zeroed by
     ``filters.zero_unparsed``) is scored with its own reward against them. A group with one
-    usable session, or all rewards equal, teaches nothing: every advantage is 0.
+    usable session, or all rewards equal, teaches nothing: every advantage is exactly 0 (equal
+    rewards, not a float-noise std of them). In a group of equal rewards, such a trace gets its
+    distance to the group's reward (both methods): GRPO's std is 0 there, and dividing by ``eps``
+    alone made a zeroed trace of a group all rewarded 1.0 an advantage of -1,000,000.
     """
     if method not in ("grpo", "loo"):
         raise ValueError(f"unknown advantage method {method!r}: grpo or loo")
@@ -204,12 +207,15 @@ def advantages(group: Group, method: Literal["grpo", "loo"] = "grpo", eps: float
     n = len(rewards)
     total = sum(rewards)
     mean, std = (total / n, _std(rewards)) if n else (0.0, 0.0)
+    equal = len(set(rewards)) == 1
     out: dict[tuple[str, int], float] = {}
     for s, own in zip(sessions, rewards):
         for i in range(len(s.trajectory.traces)):
             r = training_reward(s, i)
-            if n < 2 or (std == 0.0 and r == own):
+            if n < 2 or (equal and r == own):
                 out[(s.session_id, i)] = 0.0
+            elif equal:  # a trace's own reward against a group with no spread to scale it by
+                out[(s.session_id, i)] = r - own
             elif method == "grpo":
                 out[(s.session_id, i)] = (r - mean) / (std + eps)
             else:
