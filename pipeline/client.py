@@ -31,6 +31,7 @@ import redis
 from pipeline.client_delivery import Delivery, _keep_held, _poison
 from pipeline.schemas import SessionResult, TaskRequest, TaskStatus
 from pipeline.settings import Settings
+from pipeline.stores.results_ledger import no_group
 from pipeline.stores.results_stream import ResultsStream, StreamEntry
 
 log = logging.getLogger("polar.client")
@@ -269,6 +270,15 @@ class RolloutClient:
                 log.warning("results stream unreachable (%s); reconnecting in %.1fs", exc, backoff)
                 time.sleep(backoff)
                 backoff = min(RECONNECT_MAX_SECONDS, backoff * 2)
+            except redis.ResponseError as exc:
+                if not no_group(exc):
+                    raise
+                # Redis came back without its data (no persistence, a failover to a lagging
+                # replica, a flush) or the group was destroyed: made again at the stream's start,
+                # as a first results() makes it; what the group acked before is still skipped
+                # (``delivered``), what the stream lost is reported as missed.
+                log.error("results stream: consumer group %s is gone (%s): Redis lost it (restarted without its "
+                          "data? a failover?) or it was destroyed; creating it again", group, exc)
 
     def close_task(self, group: str, task_id: str, keep_seconds: float = 7 * 24 * 3600,
                    created_at: float | None = None) -> None:

@@ -8,11 +8,15 @@ publishing, trimming and reading are read without the group's ledger.
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Any
 
 import redis
 
 from pipeline import keys
+
+log = logging.getLogger("polar.results")
 
 
 class GroupLedger:
@@ -46,7 +50,7 @@ class GroupLedger:
             pipe.expire(key, int(keep_seconds) + 1)
         pipe.xack(self.stream, group, entry_id)
         pipe.hdel(keys.results_handed(group), entry_id)
-        pipe.execute()
+        acked_where_group_exists(pipe.execute(raise_on_error=False), group)
 
     def close_task(self, group: str, task_id: str, keep_seconds: float, created_at: float | None = None) -> None:
         """Remember that ``group`` has taken ``task_id``'s whole GRPO group (``iter_groups``);
@@ -85,3 +89,21 @@ class GroupLedger:
             return set()
         scores = self._r.zmscore(keys.results_delivered(group), session_ids)
         return {sid for sid, score in zip(session_ids, scores) if score is not None}
+
+
+def no_group(exc: BaseException) -> bool:
+    """Whether Redis refused a command because the consumer group (or its stream) does not exist."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+
+
+def acked_where_group_exists(replies: list[Any], group: str) -> list[Any]:
+    """A pipeline's replies, run with ``raise_on_error=False``, raised as ``execute`` would, except
+    an XACK refused because the group is gone (Redis lost it, or it was destroyed): nothing is
+    pending there to ack, and the session's ``delivered`` mark, written first, keeps it from
+    being delivered again when the group is made anew (``RolloutClient.results``)."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            if not no_group(reply):
+                raise reply
+            log.warning("results stream: acked into consumer group %s, which is gone (%s)", group, reply)
+    return replies

@@ -32,7 +32,7 @@ from pipeline.blobs import LAYOUTS, ResultArrays, decode_arrays, decode_result, 
 from pipeline.codec import blob, text
 from pipeline.schemas import SessionResult
 from pipeline.stores import lua
-from pipeline.stores.results_ledger import GroupLedger
+from pipeline.stores.results_ledger import GroupLedger, acked_where_group_exists
 
 log = logging.getLogger("polar.results")
 # The marker an older version's publisher set while it published (claim, XADD, marker): still
@@ -281,7 +281,8 @@ class ResultsStream(GroupLedger):
         pipe = self._r.pipeline(transaction=False)
         pipe.xack(self.stream, group, *entry_ids)
         pipe.hdel(keys.results_handed(group), *entry_ids)
-        return int(pipe.execute()[0])
+        acked = acked_where_group_exists(pipe.execute(raise_on_error=False), group)[0]
+        return 0 if isinstance(acked, Exception) else int(acked)
 
     def dead_letter(self, group: str, consumer: str, entry: StreamEntry, reason: str) -> str:
         """Move ``entry`` to the dead-letter stream (with who gave up on it and why), then ack it

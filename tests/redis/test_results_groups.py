@@ -1,9 +1,13 @@
 """Consumer groups of the results stream: a group created after the stream was trimmed (what it
-missed, reported), and a dead consumer's pending entries (its own restart, another consumer)."""
+missed, reported), a dead consumer's pending entries (its own restart, another consumer), and a
+group Redis lost under a reading trainer."""
 
 from __future__ import annotations
 
 import logging
+
+import pytest
+import redis
 
 from pipeline import keys
 from pipeline.stores.results_stream import TRIM_SLACK, ResultsStream
@@ -141,3 +145,45 @@ def test_another_consumer_takes_all_of_a_dead_ones_entries_in_one_claim_round_no
                                                                   claim_idle_ms=600_000, stop_after=0.5)
            if not i.ack()]
     assert sorted(got) == sids  # one claim round (the next would be 300 s later)
+
+
+@pytest.mark.parametrize("loss", ["group destroyed", "stream deleted", "redis restarted empty"])
+def test_a_group_redis_lost_under_a_reading_trainer_is_made_again_and_nothing_is_trained_twice(
+        r, redis_url, tmp_path, loss, caplog):
+    """Redis comes back without the group (no persistence, a failover to a lagging replica, a
+    flush) or an operator destroyed it: the trainer's ack of what it held and its next read
+    raised NOGROUP, and the iterator -- which rides out a Redis restart -- ended the trainer. Now
+    the group is made again (an error log), what it acked before is skipped, new results come."""
+    from infra.embedded_redis import EmbeddedRedis
+
+    server = EmbeddedRedis().start() if loss == "redis restarted empty" else None
+    url = server.url if server else redis_url
+    try:
+        rds = redis.Redis.from_url(url)
+        stream = ResultsStream(rds)
+        publish(stream, "s0", "s1")
+        it = client(url).results(group="g", consumer="rank0", block_ms=20, stop_after=1.0)
+        first = next(it)
+        first.ack()
+        held = next(it)  # in the trainer's hands, unacked, when the group goes
+        if loss == "group destroyed":
+            rds.xgroup_destroy(keys.RESULTS_STREAM, "g")
+        elif loss == "stream deleted":
+            rds.delete(keys.RESULTS_STREAM)
+        else:
+            assert server is not None
+            server.kill()
+            server.start()
+        with caplog.at_level(logging.WARNING, logger="polar.results"):
+            held.ack()
+        publish(stream, "s2")
+        rest = []
+        with caplog.at_level(logging.ERROR, logger="polar.client"):
+            for item in it:
+                rest.append(item.result.session_id)
+                item.ack()
+        assert [first.result.session_id, held.result.session_id, *rest] == ["s0", "s1", "s2"]
+        assert "consumer group g is gone" in caplog.text
+    finally:
+        if server:
+            server.stop()
