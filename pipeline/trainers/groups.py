@@ -110,6 +110,29 @@ def made_no_call(result: SessionResult) -> bool:
     return not result.trajectory.traces
 
 
+def sampled_nothing(result: SessionResult) -> bool:
+    """No model call, or calls that sampled no token (an empty completion): no row of its own a
+    trainer can take -- the adapters give it the placeholder (an empty response is no valid row:
+    slime slices ``tokens[-response_length:]``, the whole sequence for a length of 0)."""
+    return not any(t.response_ids for t in result.trajectory.traces)
+
+
+class RolloutLogprobError(ValueError):
+    """A trainable token without a finite behaviour logprob: training on it would be wrong."""
+
+
+def row_logprobs(result: SessionResult, trace_index: int, mask: list[int]) -> list[float]:
+    """A row's behaviour logprobs under the row's ``mask``: a token it trains on must have a
+    finite one (else ``RolloutLogprobError``); a masked token's non-finite one is 0.0, as the
+    builders give the tokens between turns -- a NaN there is no 0 under the mask (NaN * 0 is
+    NaN: the trainers' importance ratios and KL over the packed batch would be NaN)."""
+    logprobs = [lp.logprob for lp in result.trajectory.traces[trace_index].response_logprobs]
+    bad = [j for j, (m, lp) in enumerate(zip(mask, logprobs)) if m and not math.isfinite(lp)]
+    if bad:
+        raise RolloutLogprobError(f"{result.session_id} trace {trace_index}: trainable tokens {bad[:5]} have no logprob")
+    return [lp if math.isfinite(lp) else 0.0 for lp in logprobs]
+
+
 def main_trace(result: SessionResult) -> int:
     """The index of the session's one sequence, for trainers that take one per sample (verl's
     agent loop, SkyRL, slime's groups): its only trace, or, where prefix merging kept a harness's
@@ -123,7 +146,7 @@ def main_trace(result: SessionResult) -> int:
     if len(traces) > 1 and result.trajectory.metadata.get("builder") == "per_request":
         raise NoSingleSequence(f"session {result.session_id} is {len(traces)} per-request traces: a trainer taking "
                                "one sequence per sample needs the builder prefix_merging (or SkyRL's step-wise mode)")
-    return max(range(len(traces)), key=lambda i: (traces[i].trainable_tokens, i))
+    return max(range(len(traces)), key=lambda i: (traces[i].trainable_tokens, bool(traces[i].response_ids), i))
 
 
 def fit_lengths(row: dict[str, Any], prompt_length: int | None, response_length: int | None,

@@ -6,8 +6,8 @@ main trace (``groups.main_trace``). ``step_wise=True`` gives every trace of a se
 (SkyRL's step-wise training: ``is_last_step`` marks a session's last, which carries the outcome
 reward; earlier steps 0.0). ``trajectory_ids`` are SkyRL's ``TrajectoryID`` when SkyRL is
 installed, else dicts of the same fields (task id, sample index). A session SkyRL must not learn
-from (not ``groups.usable``) keeps its sequence with a zero mask; one that made no model call is a
-one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask. Their reward is their task's
+from (not ``groups.usable``) keeps its sequence with a zero mask; one that made no model call (or
+sampled no token) is a one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask. Their reward is their task's
 ``groups.neutral_reward`` (the mean of its usable sessions' rewards in ``results``): SkyRL's GRPO
 takes its baseline over every sequence of a prompt's group, masked ones included, and 0.0 there
 raised the advantages of the group's usable sessions (``neutral_fill=False``: 0.0).
@@ -25,9 +25,10 @@ from pipeline.schemas import SessionResult
 from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
     fit_lengths,
-    made_no_call,
     main_trace,
     neutral_reward,
+    row_logprobs,
+    sampled_nothing,
     trace_versions,
     training_reward,
     usable,
@@ -46,7 +47,7 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
     fill = {task: neutral_reward(rs) if neutral_fill else 0.0 for task, rs in by_task.items()}
     responses_cut = prompts_overlong = 0
     for r in results:
-        if made_no_call(r):
+        if sampled_nothing(r):
             for key, value in (("prompt_token_ids", [PLACEHOLDER_TOKEN]), ("response_ids", [PLACEHOLDER_TOKEN]),
                                ("rewards", fill[r.task_id]), ("loss_masks", [0]), ("stop_reasons", r.status.value.lower()),
                                ("rollout_logprobs", [0.0]), ("is_last_step", True), ("policy_versions", []),
@@ -54,14 +55,15 @@ def to_generator_output(results: list[SessionResult], *, step_wise: bool = False
                 out[key].append(value)
             continue
         traces = r.trajectory.traces
-        indexes = list(range(len(traces))) if step_wise and traces else [main_trace(r)]
+        # (step-wise: a trace of an empty completion is no step; the session has a non-empty one)
+        indexes = [i for i, t in enumerate(traces) if t.response_ids] if step_wise else [main_trace(r)]
         trains = usable(r)
         for n, i in enumerate(indexes):
             t, last = traces[i], n == len(indexes) - 1
+            mask = [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids)
             row: dict[str, list[Any]] = {
                 "prompt_token_ids": list(t.prompt_ids), "response_ids": list(t.response_ids),
-                "loss_masks": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
-                "rollout_logprobs": [lp.logprob for lp in t.response_logprobs]}
+                "loss_masks": mask, "rollout_logprobs": row_logprobs(r, i, mask)}
             cut, overlong = fit_lengths(row, prompt_length, response_length, "prompt_token_ids",
                                         ("response_ids", "loss_masks", "rollout_logprobs"))
             responses_cut, prompts_overlong = responses_cut + cut, prompts_overlong + overlong

@@ -3,12 +3,13 @@
 ``tokens`` = prompt + response ids, ``response_length``, ``loss_mask`` (one per response token),
 ``rollout_log_probs`` (the behaviour policy's, one per response token), ``reward`` (a float, or
 ``{reward_key: value}``), ``status`` (TIMEOUT -> ABORTED, ERROR/CANCELLED -> FAILED, a length
-cut -> TRUNCATED, else COMPLETED); aborted and failed samples train on nothing (all-zero mask).
+cut -> TRUNCATED, else COMPLETED); aborted and failed samples train on nothing (all-zero mask). ``rollout_log_probs`` are finite
+throughout (``groups.row_logprobs``: a trainable token without one raises ``RolloutLogprobError``).
 ``to_samples(..., sample_cls=Sample)`` builds slime's own objects; without it, dicts.
 
 ``to_sample``: the one sample of a session (its main trace, ``groups.main_trace``), what a
-group of ``n_samples_per_prompt`` needs: a session that made no model call is a FAILED
-placeholder of two tokens (``groups.PLACEHOLDER_TOKEN``; one masked response token: slime packs
+group of ``n_samples_per_prompt`` needs: a session that made no model call (or whose calls
+sampled no token) is a FAILED placeholder of two tokens (``groups.PLACEHOLDER_TOKEN``; one masked response token: slime packs
 no empty sequence), so the group keeps its size. Any session that is not ``groups.usable`` (also
 one COMPLETED without a finite reward) trains nothing: its reward is ``fill_reward``, its mask
 zero, and ``remove_sample`` is set (slime's own flag for a sample kept only for the batch's
@@ -19,7 +20,6 @@ does), or the default 0.0 lowers the group's baseline and raises its usable samp
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pipeline.schemas import SessionResult
@@ -28,16 +28,15 @@ from pipeline.trainers.groups import (
     PLACEHOLDER_TOKEN,
     made_no_call,
     main_trace,
+    row_logprobs,
     sample_versions,
+    sampled_nothing,
     training_reward,
     usable,
 )
+from pipeline.trainers.groups import RolloutLogprobError as RolloutLogprobError  # (raised here, as before)
 
 STATUS = {SessionStatus.TIMEOUT: "ABORTED", SessionStatus.ERROR: "FAILED", SessionStatus.CANCELLED: "FAILED"}
-
-
-class RolloutLogprobError(ValueError):
-    """A trainable token without a finite behaviour logprob: training on it would be wrong."""
 
 
 def sample_status(result: SessionResult, finish_reason: str | None) -> str:
@@ -62,7 +61,7 @@ def to_sample(result: SessionResult, *, group_index: int | None = None, reward_k
               advantage: dict[tuple[str, int], float] | None = None, sample_cls: Any = None,
               fill_reward: float = 0.0) -> Any:
     """The session's one sample (its main trace; a session without a model call: a FAILED placeholder)."""
-    if made_no_call(result):
+    if sampled_nothing(result):
         fields: dict[str, Any] = {
             "group_index": group_index, "index": result.sample_index, "session_id": result.session_id, "prompt": [],
             "tokens": [PLACEHOLDER_TOKEN, PLACEHOLDER_TOKEN], "response_length": 1, "loss_mask": [0],
@@ -70,7 +69,7 @@ def to_sample(result: SessionResult, *, group_index: int | None = None, reward_k
             "status": "FAILED",
             "remove_sample": True,
             "metadata": {"polar": {"task_id": result.task_id, "session_status": result.status.value, "trained": False,
-                                   "no_model_call": True}}}
+                                   "no_model_call": made_no_call(result)}}}
         return _build(sample_cls, fields)
     return _sample(result, main_trace(result), group_index, reward_key, advantage, sample_cls,
                    index=result.sample_index, fill_reward=fill_reward)
@@ -80,17 +79,13 @@ def _sample(result: SessionResult, i: int, group_index: int | None, reward_key: 
             advantage: dict[tuple[str, int], float] | None, sample_cls: Any, index: int | None = None,
             fill_reward: float = 0.0) -> Any:
     t = result.trajectory.traces[i]
-    logprobs = [lp.logprob for lp in t.response_logprobs]
-    bad = [j for j, (m, lp) in enumerate(zip(t.loss_mask, logprobs)) if m and not math.isfinite(lp)]
-    if bad:
-        raise RolloutLogprobError(f"{result.session_id} trace {i}: trainable tokens {bad[:5]} have no logprob")
     status, trains = sample_status(result, t.finish_reason), usable(result)
+    mask = [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids)
     reward = training_reward(result, i) if trains else fill_reward
     fields = {
         "group_index": group_index, "index": i if index is None else index, "session_id": result.session_id,
         "prompt": t.prompt_messages, "tokens": [*t.prompt_ids, *t.response_ids], "response_length": len(t.response_ids),
-        "loss_mask": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
-        "rollout_log_probs": logprobs, "reward": {reward_key: reward} if reward_key else reward,
+        "loss_mask": mask, "rollout_log_probs": row_logprobs(result, i, mask), "reward": {reward_key: reward} if reward_key else reward,
         "status": status, "remove_sample": not trains,
         "metadata": {"polar": {"task_id": result.task_id, "trace_index": i, "session_status": result.status.value,
                                "trained": trains, "context_exact": t.metadata.get("context_exact", True),

@@ -6,8 +6,8 @@ in between; ``reward_score`` is a float (verl puts it on the last response token
 trace (``groups.main_trace``), cut to verl's ``response_length`` as verl's own tool agent loop
 cuts it. A session verl must not learn from (not ``groups.usable``: an error, a timeout, a
 cancel, no finite reward) or whose prompt exceeds ``prompt_length`` keeps its row with a zero
-mask and reward ``fill_reward``, so the batch keeps its shape; one that made no model call is a
-one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask, ``extra_fields["no_model_call"]``.
+mask and reward ``fill_reward``, so the batch keeps its shape; one that made no model call (or
+sampled no token) is a one-token placeholder (``groups.PLACEHOLDER_TOKEN``) with a zero mask, ``extra_fields["no_model_call"]``.
 verl's GRPO takes its baseline over every row of the group, masked ones included: pass
 ``fill_reward=groups.neutral_reward(<the group's results>)`` (the default 0.0 lowers the baseline
 of a group with such a session, and raises its usable sessions' advantages).
@@ -24,7 +24,9 @@ from pipeline.trainers.groups import (
     fit_lengths,
     made_no_call,
     main_trace,
+    row_logprobs,
     sample_versions,
+    sampled_nothing,
     training_reward,
     usable,
 )
@@ -32,7 +34,7 @@ from pipeline.trainers.groups import (
 
 def to_agent_loop_output(result: SessionResult, *, prompt_length: int | None = None,
                          response_length: int | None = None, fill_reward: float = 0.0) -> dict[str, Any]:
-    if made_no_call(result):
+    if sampled_nothing(result):
         return _placeholder(result, fill_reward)
     index = main_trace(result)
     out = _output(result, index, fill_reward)
@@ -56,11 +58,11 @@ def to_agent_loop_outputs(result: SessionResult) -> list[dict[str, Any]]:
 def _output(result: SessionResult, i: int, fill_reward: float = 0.0) -> dict[str, Any]:
     t = result.trajectory.traces[i]
     trains = usable(result)
+    mask = [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids)
     messages = [m for m in (*t.prompt_messages, *t.response_messages) if m.get("role") != "system"]
     return {
         "prompt_ids": list(t.prompt_ids), "response_ids": list(t.response_ids),
-        "response_mask": [int(m) for m in t.loss_mask] if trains else [0] * len(t.response_ids),
-        "response_logprobs": [lp.logprob for lp in t.response_logprobs],
+        "response_mask": mask, "response_logprobs": row_logprobs(result, i, mask),
         "reward_score": training_reward(result, i) if trains else fill_reward,
         "num_turns": len(messages) or 1,  # user, assistant and tool turns, as verl counts them
         "metrics": {}, "multi_modal_data": {},
@@ -77,5 +79,5 @@ def _placeholder(result: SessionResult, fill_reward: float = 0.0) -> dict[str, A
     return {"prompt_ids": [PLACEHOLDER_TOKEN], "response_ids": [PLACEHOLDER_TOKEN], "response_mask": [0],
             "response_logprobs": [0.0], "reward_score": fill_reward, "num_turns": 1, "metrics": {}, "multi_modal_data": {},
             "extra_fields": {"session_id": result.session_id, "task_id": result.task_id, "trace_index": None,
-                             "status": result.status.value, "trained": False, "no_model_call": True,
+                             "status": result.status.value, "trained": False, "no_model_call": made_no_call(result),
                              "context_exact": True}}
