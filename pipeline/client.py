@@ -299,6 +299,11 @@ class RolloutClient:
         warning then). 0 when none, None when the server could not tell (Redis < 7)."""
         return self._stream().missed(group)
 
+    def gone_from_stream(self, session_ids: list[str]) -> set[str]:
+        """Which of the sessions were published in entries trimmed from the stream (before a
+        consumer group existed: ``missed_entries``); their results are still ``session()``'s."""
+        return self._stream().gone(session_ids)
+
     def live_consumers(self, group: str) -> list[str]:
         """The consumers of the consumer group with an open ``results()`` iterator (their beat)."""
         return self._stream().live_consumers(group)

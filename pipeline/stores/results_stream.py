@@ -158,6 +158,18 @@ class ResultsStream(GroupLedger):
         v = self._r.get(keys.session_published(session_id))
         return None if v is None or blob(v).startswith(_PENDING) else text(v)
 
+    def gone(self, session_ids: list[str]) -> set[str]:
+        """Which of ``session_ids`` were published (within the marker's TTL) in an entry no longer
+        in the stream: trimmed before a consumer group existed, which that group never reads."""
+        pipe = self._r.pipeline(transaction=False)
+        for sid in session_ids:
+            pipe.get(keys.session_published(sid))
+        entries = {sid: text(v) for sid, v in zip(session_ids, pipe.execute())
+                   if v is not None and not blob(v).startswith(_PENDING)}
+        for entry_id in entries.values():
+            pipe.xrange(self.stream, entry_id, entry_id, count=1)
+        return {sid for sid, found in zip(entries, pipe.execute()) if not found}
+
     # --- consumer ----------------------------------------------------------------------------
 
     def ensure_group(self, group: str) -> int | None:

@@ -4,7 +4,9 @@ them are usable (the task's own setting, or ``min_usable`` here), not waiting fo
 which the server cancels (server-side early stop) and which are acked and dropped when they
 arrive, also after a restart (the closed tasks are kept in Redis, a week). A session whose entry
 went to the dead-letter stream counts as arrived: its group comes without it (``Group.complete``
-false) instead of waiting for it for ever. A task id submitted
+false) instead of waiting for it for ever. A session whose entry was trimmed from the stream
+before the consumer group existed (``RolloutClient.missed_entries``) comes from the API instead,
+so its group comes whole rather than never. A task id submitted
 again once its first task expired from the API is a new group: a session is told from the closed
 task's by when it was registered (``SessionTiming.registered_at`` against the task's ``created_at``).
 
@@ -46,20 +48,23 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
     closed: dict[str, float | None] = {}  # groups already yielded -> their task's created_at (their late
     #   sessions are dropped; a later task under the same id is not); the newest kept
     lost: dict[str, int] = {}  # task -> its sessions whose entries were dead-lettered (they will not come)
+    recovered: dict[str, list[Any]] = {}  # task -> the API's results of its sessions trimmed from the stream
     shared: set[str] = set()  # other live consumers of the consumer group, warned about
     for item in client.results(group=group, consumer=consumer, block_ms=block_ms, stop_after=stop_after,
                                dead_letters=True):
         if item.dead_letter is not None:
             task_id = item.entry.task_id
-            if not task_id or task_id in closed or (task_id not in sizes and
-                                                    not _size_known(client, group, task_id, min_usable, sizes)):
+            first = task_id not in sizes
+            if not task_id or task_id in closed or (first and not _size_known(client, group, task_id, min_usable, sizes)):
                 continue  # (an entry naming no task, or a group already taken or gone: nothing waits for it)
+            if first:
+                recovered[task_id] = _trimmed_results(client, group, task_id)
             # (a task first heard of here: the lost ones are all counted by the add)
             lost[task_id] = client.lost_sessions(group, task_id, add=item.entry.session_id or item.entry_id)
             log.warning("iter_groups: a session of task %s was dead-lettered (%s): its group comes without it",
                         task_id, item.dead_letter)
-            if lost[task_id] + len(held.get(task_id, ())) >= sizes[task_id][0]:
-                yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed)
+            if lost[task_id] + len(held.get(task_id, ())) + len(recovered[task_id]) >= sizes[task_id][0]:
+                yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed, recovered)
             continue
         result = item.result
         task_id = result.task_id
@@ -70,22 +75,51 @@ def iter_groups(client: Any, *, group: str, consumer: str, min_usable: int | Non
             _warn_if_shared(client, group, consumer, shared)
             if _size_known(client, group, task_id, min_usable, sizes, registered_at):
                 lost[task_id] = client.lost_sessions(group, task_id)  # (dead-lettered before a restart)
+                recovered[task_id] = _trimmed_results(client, group, task_id)
+                usable_count[task_id] = sum(usable(x) for x in recovered[task_id])
             else:
                 _close(closed, task_id, registered_at)  # (a task's sessions are registered as it is created)
-        if task_id in closed:
-            item.ack()
+        if task_id in closed or any(x.session_id == result.session_id for x in recovered[task_id]):
+            item.ack()  # (a group taken; or a second entry of a session the API gave already)
             continue
         held.setdefault(task_id, []).append(item)
         usable_count[task_id] = usable_count.get(task_id, 0) + usable(result)
         total, enough, _ = sizes[task_id]
-        if len(held[task_id]) + lost.get(task_id, 0) >= total or (enough and usable_count[task_id] >= enough):
-            yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed)
+        if (len(held[task_id]) + lost.get(task_id, 0) + len(recovered[task_id]) >= total
+                or (enough and usable_count[task_id] >= enough)):
+            yield from _take(client, group, task_id, held, usable_count, sizes, lost, closed, recovered)
         else:
             item.hold()  # kept for its group, not worked on: a restart meanwhile is no failed delivery
     if held:
         log.warning("iter_groups(%s/%s) stopped with incomplete groups, unacked (another consumer of the group may "
                     "hold their other sessions): %s", group, consumer,
                     {t: f"{len(d)}/{sizes[t][0]}" for t, d in held.items()})
+
+
+def _trimmed_results(client: Any, group: str, task_id: str) -> list[Any]:
+    """The API's results of ``task_id``'s sessions whose entries were trimmed from the stream
+    before the consumer group existed (``missed_entries``): the group never reads them, and
+    their GRPO group waited for them for ever -- its other sessions held unacked, which also
+    keeps every later entry from being trimmed. Asked only of a group that missed entries."""
+    if client.missed_entries(group) == 0:
+        return []
+    backoff = API_RETRY_FIRST_SECONDS
+    while True:
+        try:
+            results = client.status(task_id, results=True).results
+            break
+        except Exception as exc:
+            if not api_outage(exc):
+                raise
+            log.warning("iter_groups: the API cannot give task %s's results (%s); retrying in %.1fs", task_id, exc,
+                        backoff)
+            time.sleep(backoff)
+            backoff = min(API_RETRY_MAX_SECONDS, backoff * 2)
+    gone = client.gone_from_stream([x.session_id for x in results])
+    if gone:
+        log.warning("iter_groups: %d session(s) of task %s were trimmed from the results stream before consumer group "
+                    "%s existed: taken from the API", len(gone), task_id, group)
+    return [x for x in results if x.session_id in gone]
 
 
 def _warn_if_shared(client: Any, group: str, consumer: str, warned: set[str]) -> None:
@@ -102,17 +136,18 @@ def _warn_if_shared(client: Any, group: str, consumer: str, warned: set[str]) ->
 
 def _take(client: Any, group: str, task_id: str, held: dict[str, list[Any]], usable_count: dict[str, int],
           sizes: dict[str, tuple[int, int | None, float | None]], lost: dict[str, int],
-          closed: dict[str, float | None]) -> Iterator[Group]:
+          closed: dict[str, float | None], recovered: dict[str, list[Any]]) -> Iterator[Group]:
     """Close ``task_id``'s group and yield it (none when every session of it was dead-lettered);
     its entries are acked when the loop asks for the next group, or by ``Group.ack``."""
     taken = held.pop(task_id, [])
+    extra = recovered.pop(task_id, [])
     usable_count.pop(task_id, None)
     lost.pop(task_id, None)
     total, _, created_at = sizes.pop(task_id)
     _close(closed, task_id, created_at)
     ack = functools.partial(_ack_once, client, group, task_id, created_at, taken, [])
-    if taken:
-        yield Group(task_id, [d.result for d in taken], total, on_ack=ack)
+    if taken or extra:
+        yield Group(task_id, [d.result for d in taken] + extra, total, on_ack=ack)
     ack()  # the loop asked for the next group: this one is taken
 
 

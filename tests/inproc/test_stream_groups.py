@@ -275,3 +275,30 @@ def test_a_second_consumer_in_the_consumer_group_is_reported_not_waited_on_silen
         assert list(iter_groups(client, group="g", consumer="rank0", block_ms=50, stop_after=0.3)) == []
     assert "consumer group g is also read by ['rank1']" in caplog.text
     other.close()  # (its beat ends: its entry is rank0's once idle)
+
+
+def test_a_group_whose_first_sessions_were_trimmed_before_the_consumer_group_existed_comes_whole(client, r, caplog):
+    """The trainer's consumer group was made after the stream had been trimmed (a trainer started
+    late, or under a new group name, with the stream at its cap): a task's first sessions were
+    in the trimmed entries. Its group waited for them for ever -- the later sessions held
+    unacked, which also kept every later entry from being trimmed. Now those sessions come from
+    the API (which has every session's result), and the group comes whole, once."""
+    from pipeline.stores.outputs import OutputStore
+
+    submit(client, "late", 3)
+    sids = [s.session_id for s in sorted(client.status("late", results=False).sessions, key=lambda s: s.sample_index)]
+    outputs, stream = OutputStore(r, 3600), ResultsStream(r)
+    for i, sid in enumerate(sids):  # the sessions end: their results stored and published
+        trace = Trace(prompt_ids=[1, 2], response_ids=[3], loss_mask=[1.0],
+                      response_logprobs=[TokenLogprob(token_id=3, logprob=-0.5)], reward=float(i))
+        result = SessionResult(session_id=sid, task_id="late", sample_index=i, status=SessionStatus.COMPLETED,
+                               reward=float(i), trajectory=Trajectory(traces=[trace]))
+        outputs.save_result(sid, result)
+        stream.publish_once(result)
+    second = r.xrange(keys.RESULTS_STREAM)[1][0]
+    r.xtrim(keys.RESULTS_STREAM, minid=second, approximate=False)  # the first entry trimmed, as a publisher does with no group yet
+    with caplog.at_level(logging.WARNING, logger="polar.trainers"):
+        got = [(g.task_id, sorted(x.session_id for x in g.results), g.complete) for g in groups(client)]
+    assert got == [("late", sorted(sids), True)] and "trimmed from the results stream" in caplog.text
+    assert client.missed_entries("g") == 1 and r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+    assert list(groups(client)) == []  # taken: not again
