@@ -152,7 +152,8 @@ class RolloutClient:
           not yet handed over -- are kept from other consumers' claims (their idle time reset
           every ``claim_idle_ms / 3`` by a daemon thread): a trainer may hold deliveries through
           a step longer than ``claim_idle_ms``. A dead process stops resetting them, and they
-          are claimed.
+          are claimed; a process that was only stopped (frozen) meanwhile hands over none of the
+          entries claimed from it when it resumes (each is checked to be its own as it is handed).
         - A delivery is counted when the entry is handed to the trainer (``Delivery.deliveries``),
           not when it is read: entries read ahead with one the trainer keeps dying on are not
           dead-lettered with it. ``dead_letters=True``: each entry dead-lettered is also yielded,
@@ -199,6 +200,14 @@ class RolloutClient:
                         continue  # still in the trainer's hands (re-read after a reconnect): not delivered again
                     if e.session_id and (e.session_id in done or e.session_id in acked_here or held is not None):
                         stream.ack(group, e.entry_id)  # a duplicate publication
+                        continue
+                    # Still this consumer's? One stalled (stopped, frozen) past its claim time
+                    # comes back to a batch another consumer has claimed -- and trained on -- since.
+                    owner, acked = stream.holder(group, e.entry_id, e.session_id)
+                    if owner != consumer:
+                        continue  # theirs now (or acked): not handed to this trainer as well
+                    if acked:
+                        stream.ack(group, e.entry_id)  # its session acked meanwhile, from another entry
                         continue
                     why = _poison(e)
                     if why is None:

@@ -34,6 +34,18 @@ class GroupLedger:
         pipe.expire(key, int(keep_seconds) + 1)
         return int(pipe.execute()[0])
 
+    def holder(self, group: str, entry_id: str, session_id: str) -> tuple[str | None, bool]:
+        """Which consumer of ``group`` holds ``entry_id`` now (None: none, it was acked), and
+        whether ``group`` has acked ``session_id`` (``ack_delivered``): checked as an entry is
+        handed over, for a consumer that stalled (stopped, frozen) past its claim time while
+        others claimed and acked the entries it had read ahead."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.xpending_range(self.stream, group, min=entry_id, max=entry_id, count=1)
+        pipe.zscore(keys.results_delivered(group), session_id or "\0")
+        rows, score = pipe.execute()
+        name = rows[0]["consumer"] if rows else None
+        return (name.decode() if isinstance(name, bytes) else name), score is not None
+
     def unhand(self, group: str, entry_id: str) -> None:
         """Take back the last count of ``hand`` (the trainer only holds the entry)."""
         self._r.hincrby(keys.results_handed(group), entry_id, -1)

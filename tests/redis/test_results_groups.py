@@ -5,6 +5,7 @@ group Redis lost under a reading trainer."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import redis
@@ -187,3 +188,60 @@ def test_a_group_redis_lost_under_a_reading_trainer_is_made_again_and_nothing_is
     finally:
         if server:
             server.stop()
+
+
+STALLING = """
+import sys
+from pipeline.client import RolloutClient
+it = RolloutClient("http://unused", redis_url=sys.argv[1]).results(group="g", consumer="stalled", block_ms=50,
+                                                                   claim_idle_ms=500, count=4, stop_after=2)
+for item in it:
+    print(item.result.session_id, flush=True)
+    sys.stdin.readline()  # (the trainer's step)
+    item.ack()
+print("end", flush=True)
+"""
+
+
+def test_a_consumer_frozen_past_its_claim_time_does_not_hand_over_what_another_claimed_meanwhile(r, redis_url):
+    """A trainer process stopped (SIGSTOP, a frozen VM) while it had a batch read ahead: its beat
+    lapses, another consumer claims the batch and trains on it. When the first resumes, it went
+    on handing the rest of its old batch to its trainer -- every one of them trained twice. Now
+    each entry is checked to still be this consumer's as it is handed over."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    stream = ResultsStream(r)
+    publish(stream, "s0", "s1", "s2", "s3")
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", STALLING, redis_url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "s0"  # in its trainer's hands; s1..s3 read ahead
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(1.5)  # its beat (claim_idle_ms) lapses, its entries idle past the other's claim time
+        other = []
+        for item in client(redis_url).results(group="g", consumer="other", block_ms=50, claim_idle_ms=500,
+                                              stop_after=1):
+            other.append(item.result.session_id)
+            item.ack()
+        assert other == ["s0", "s1", "s2", "s3"]
+        os.kill(proc.pid, signal.SIGCONT)
+        later = []
+        while True:
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline().strip()
+            if line in ("end", ""):
+                break
+            later.append(line)
+        assert later == []  # (s0 it had before it stopped: at least once; the rest, not a second time)
+        assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(30)
