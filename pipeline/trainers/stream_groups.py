@@ -105,8 +105,10 @@ def _trimmed_results(client: Any, group: str, task_id: str) -> list[Any]:
         return []
     backoff = API_RETRY_FIRST_SECONDS
     while True:
-        try:
-            results = client.status(task_id, results=True).results
+        try:  # (the finished sessions' ids first: only those gone are fetched whole)
+            finished = [x.session_id for x in client.status(task_id, results=False).sessions if x.status.is_terminal()]
+            gone = client.gone_from_stream(finished) if finished else set()
+            results = [client.session(sid) for sid in sorted(gone)]
             break
         except Exception as exc:
             if not api_outage(exc):
@@ -115,11 +117,10 @@ def _trimmed_results(client: Any, group: str, task_id: str) -> list[Any]:
                         backoff)
             time.sleep(backoff)
             backoff = min(API_RETRY_MAX_SECONDS, backoff * 2)
-    gone = client.gone_from_stream([x.session_id for x in results])
     if gone:
         log.warning("iter_groups: %d session(s) of task %s were trimmed from the results stream before consumer group "
                     "%s existed: taken from the API", len(gone), task_id, group)
-    return [x for x in results if x.session_id in gone]
+    return results
 
 
 def _warn_if_shared(client: Any, group: str, consumer: str, warned: set[str]) -> None:
