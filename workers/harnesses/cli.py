@@ -19,6 +19,7 @@ from pipeline.schemas.harness import HarnessOptions
 from workers.harnesses.base import AgentCommand, HarnessContext
 from workers.harnesses.shell import INSTRUCTION_FILE, REFERENCE
 from workers.runtimes import Runtime
+from workers.runtimes.base import SESSION_MOUNT
 
 HOME = "/polar/session/home"  # every runtime's HOME, as a runtime path
 INSTRUCTION = object()  # stands for the instruction in ``argv``: one word, read from its file
@@ -102,8 +103,11 @@ class CliHarness:
             raise HarnessError(f"the {self.name} preset has no skills folder")
         # Each skill is linked into the CLI's own folder, never the folder itself: CLIs write there
         # (codex installs its bundled skills into it), and the task's folder must stay as it is.
-        src, target = shlex.quote(skills_dir.rstrip("/")), f'"$HOME/{self.skills_home}"'
-        res = runtime.exec(f"test -d {src} && mkdir -p {target} && for skill in {src}/*/; do "
+        # The links name the folder by its absolute path in the runtime: a relative one (from the
+        # workdir) left links relative to the CLI's folder, dangling.
+        target = f'"$HOME/{self.skills_home}"'
+        res = runtime.exec(f'src="$(cd -- {runtime_word(skills_dir)} 2>/dev/null && pwd)" && test -n "$src" && '
+                           f'mkdir -p {target} && for skill in "$src"/*/; do '
                            f'ln -sfn "${{skill%/}}" {target}/"$(basename "$skill")"; done',
                            timeout=30, log_name="skills")
         if res.exit_code != 0:
@@ -133,6 +137,17 @@ def version_matches(version_output: str, wanted: str) -> bool:
     """Whether a CLI's ``--version`` output names exactly ``wanted`` ("codex-cli 0.171.0",
     "2.1.197 (Claude Code)", "v1.2.3"): a whole word, so 0.1.1 is not found in 0.1.10."""
     return wanted in {word.lstrip("v") for word in version_output.split()}
+
+
+def runtime_word(path: str) -> str:
+    """``path``, a runtime path, as one shell word naming it inside the runtime: what is under
+    /polar/session through ``$POLAR_SESSION_DIR`` (a host folder for local and bwrap runtimes,
+    where /polar/session does not exist), anything else as it is."""
+    path = path.rstrip("/") or "/"
+    if path == SESSION_MOUNT or path.startswith(SESSION_MOUNT + "/"):
+        rest = path[len(SESSION_MOUNT):]
+        return '"$POLAR_SESSION_DIR"' + (shlex.quote(rest) if rest else "")
+    return shlex.quote(path)
 
 
 def _word(word: Any) -> str:
