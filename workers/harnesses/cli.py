@@ -124,7 +124,8 @@ class CliHarness:
 
     def _check_version(self, runtime: Runtime, wanted: str) -> None:
         res = runtime.exec(f"{shlex.quote(self.cli)} --version < /dev/null", timeout=60, log_name=f"{self.cli}-version")
-        found = (res.stdout or "").strip()
+        # pi prints its version on stderr (as `polar harnesses doctor` reads it: stdout, else stderr)
+        found = (res.stdout or "").strip() or (res.stderr or "").strip()
         if res.exit_code != 0:
             raise HarnessError(f"{self.cli} is not installed where the runtime can run it (`polar harnesses "
                                f"install`): {res.stderr.strip()[-300:] or res.stdout.strip()[-300:]}")
