@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import chat_requests, loadgen  # noqa: E402
 from bench.record_bench import record_costs  # noqa: E402
-from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port  # noqa: E402
+from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_ports  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -160,7 +160,8 @@ def main() -> None:
     procs: list[subprocess.Popen] = []
     with EmbeddedRedis() as redis_server:
         home = tempfile.mkdtemp(prefix="polar-bench-")
-        ports = {k: free_port() for k in ("upstream", "proxy", "passthrough", "passthrough_flask", "proxy_nometrics")}
+        names = ("upstream", "proxy", "passthrough", "passthrough_flask", "proxy_nometrics")
+        ports = dict(zip(names, free_ports(len(names))))
         upstream = f"http://127.0.0.1:{ports['upstream']}"
         env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url, "POLAR_UPSTREAM_URL": upstream}
         try:

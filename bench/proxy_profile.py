@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import chat_requests, loadgen  # noqa: E402
 from bench.proxy_bench import _dumps, spawn, stop, wait_http  # noqa: E402
-from infra.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+from infra.embedded_redis import EmbeddedRedis, free_ports  # noqa: E402
 from tests.support import running_session  # noqa: E402
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     build = chat_requests.coding_turns if args.request == "10" else chat_requests.long_conversation
     body = _dumps(build(stream=args.stream))
     with EmbeddedRedis() as redis_server:
-        ports = {k: free_port() for k in ("upstream", "proxy")}
+        ports = dict(zip(("upstream", "proxy"), free_ports(2)))
         upstream = f"http://127.0.0.1:{ports['upstream']}"
         home = tempfile.mkdtemp(prefix="polar-prof-")
         env = {**os.environ, "POLAR_HOME": home, "POLAR_REDIS_URL": redis_server.url,

@@ -39,9 +39,21 @@ PORT_FILE = "port"  # in a persistent server's folder: the port it last listened
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports. Picked one after another, each released before the next
+    was asked for, the kernel may hand the same port out twice: two services of one stack then
+    shared it, the second failing to bind while the first answered its health checks."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def port_free(host: str, port: int) -> bool:

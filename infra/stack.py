@@ -31,7 +31,7 @@ import kombu.exceptions
 import redis
 
 from infra.children import Child, _signal_group, _stop_all, kill_runtime_processes
-from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_port
+from infra.embedded_redis import EmbeddedRedis, _die_with_parent, free_ports
 from infra.home_lock import claim_home, release
 from infra.log_rotation import rotate_if_large
 from infra.tokens import make_home, redis_password, with_tokens, without_password
@@ -113,7 +113,7 @@ class Stack:
             else:
                 _reachable(s.redis_url)  # (else every service waits for it, and the error names them)
                 redis_password(s, s.redis_url)  # the client commands find it beside up.json's URL
-            ports = {k: free_port() for k in ("api", "proxy", "model")}
+            ports = dict(zip(("api", "proxy", "model"), free_ports(3)))
             if self.config.fixed_ports:
                 ports = {"api": _port(s.api_url), "proxy": _port(s.proxy_url), "model": _port(s.upstream_url)}
                 _refuse_taken({k: v for k, v in ports.items()

@@ -12,7 +12,7 @@ import signal
 
 import redis
 
-from infra.embedded_redis import free_port
+from infra.embedded_redis import free_ports
 from infra.stack import Stack, StackConfig
 from pipeline.client import RolloutClient
 from pipeline.settings import Settings
@@ -65,7 +65,7 @@ def test_a_stack_stopped_under_a_running_agent_drains_it_and_restarts_where_it_w
     at once and the session was an ERROR blaming the agent's connection error). Started again on
     the same POLAR_HOME, Redis comes back on its port: a client of the first run (a trainer's
     results iterator) carries on."""
-    ports = {name: free_port() for name in ("api", "proxy", "model")}
+    ports = dict(zip(("api", "proxy", "model"), free_ports(3)))
     settings = Settings(home=tmp_path / "home", stage_lease_seconds=6, reaper_interval_seconds=2,
                         api_url=f"http://127.0.0.1:{ports['api']}", proxy_url=f"http://127.0.0.1:{ports['proxy']}",
                         upstream_url=f"http://127.0.0.1:{ports['model']}")
