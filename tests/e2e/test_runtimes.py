@@ -138,6 +138,32 @@ def test_an_image_whose_container_exits_at_once_is_a_clear_session_error(client,
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True, timeout=120)
 
 
+@pytest.mark.parametrize("network", ["host", "none"])
+def test_an_image_whose_user_is_not_root_runs_the_example_task(network, client, demo_task, stack, needs, tmp_path):
+    """Many images run as a user of their own (``USER agent``). Every command runs as that user,
+    and the session folder, made by the worker, was root's: INIT failed at its first write
+    ("init: cannot create /polar/session/agent in polar-sess-..."). The folder is handed to the
+    image's user (and back at teardown); the relay to the proxy's socket runs as root."""
+    needs("docker")
+    image = "localhost/polar-test-user:1"
+    (tmp_path / "Containerfile").write_text(f"FROM {TEST_IMAGE}\nRUN useradd -m -u 1000 agent\nUSER agent\n")
+    subprocess.run(["podman", "build", "--network", "none", "-q", "-t", image, str(tmp_path)], check=True,
+                   capture_output=True, timeout=300)
+    try:
+        demo_task["runtime"].update(backend="docker", image=image, allow_internet=network == "host",
+                                    **({"network": "host"} if network == "host" else {}))
+        demo_task["runtime"]["prepare"].append({"type": "exec", "command": "id -un > whoami.txt"})
+        demo_task["evaluator"]["config"]["command"] += " && test \"$(cat whoami.txt)\" = agent"
+        demo_task["num_samples"] = 1
+        status = client.wait(client.submit(demo_task), timeout=240, poll_seconds=0.3)
+        [result] = status.results
+        assert result.status == SessionStatus.COMPLETED and result.reward == 1.0, result.error
+        wait_for(lambda: not containers_of(stack, demo_task["task_id"]) and not leftovers(stack, status), timeout=30)
+        assert not list(stack.settings.runtime_root.glob(f"{result.session_id}.*"))  # no marker left beside it
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True, timeout=120)
+
+
 def test_an_agent_over_its_containers_memory_limit_is_said_to_be_killed_for_it(client, demo_task, stack, needs):
     """The kernel kills the agent (not the container) at ``memory_mb``: the session's error said
     only "agent exited 137: (no output)"; it now names the memory limit."""

@@ -58,6 +58,8 @@ TAIL_BYTES = 64 * 1024  # how much of a command's output an ExecResult carries (
 
 
 CANCEL_SUFFIX = ".cancelled"
+IMAGE_USER_SUFFIX = ".image-user"  # beside a docker session's folder handed to its image's user
+MARKER_SUFFIXES = (CANCEL_SUFFIX, IMAGE_USER_SUFFIX)  # files beside session folders (the sweeper's)
 
 
 def cancel_marker(root: Path) -> Path:

@@ -27,6 +27,7 @@ from pipeline.errors import ExecError, RuntimeStartError
 from pipeline.schemas import RuntimeSpec
 from workers.runtimes import relay
 from workers.runtimes.base import (
+    IMAGE_USER_SUFFIX,
     SESSION_MOUNT,
     ExecResult,
     RuntimeHost,
@@ -117,6 +118,7 @@ class DockerRuntime(ContainerFiles):
                 environment=self._base_env(), network_mode=self.handle["network"], volumes=volumes,
                 **self._limits(docker)).start()
             try:
+                self._hand_session_to_image_user()
                 self._run_quiet(["mkdir", "-p", self.workdir])
             except ExecError:
                 self._exited_at_start()
@@ -132,6 +134,18 @@ class DockerRuntime(ContainerFiles):
             raise RuntimeStartError(f"cannot reach the container engine ({self._engine_name()}): {exc}") from exc
         if self.isolated:
             self._start_relay()
+
+    def _hand_session_to_image_user(self) -> None:
+        """An image whose ``USER`` is not root runs every command as that user: the session folder
+        (the worker's) is made its own -- its HOME, workspace, logs and process-group files --
+        else the first command cannot even record itself. ``stop`` hands it back (a rootless
+        engine's worker could not remove the files otherwise); a marker on the host says so."""
+        user = (self._control.inspect_container(self.name).get("Config") or {}).get("User") or ""
+        if user.split(":")[0] in ("", "root", "0"):
+            return
+        if self._run_quiet(["chown", "-R", user, SESSION_MOUNT], root=True) != 0:
+            raise RuntimeStartError(f"cannot hand {SESSION_MOUNT} to the image's user {user!r} in {self.name}")
+        self._image_user_marker().write_text(user)
 
     def _exited_at_start(self) -> None:
         """Raise, naming why, when the container stopped as soon as it started: its idle init is
@@ -173,8 +187,8 @@ class DockerRuntime(ContainerFiles):
 
     def _start_relay(self) -> None:
         script = f"{SESSION_MOUNT}/{relay.SCRIPT_PATH}"
-        self._control.exec_start(self._control.exec_create(
-            self.name, ["python3", script, str(relay.RELAY_PORT), f"{relay.SOCKET_DIR_MOUNT}/{self._socket_name}"]
+        self._control.exec_start(self._control.exec_create(  # (root's: the proxy's socket may be only root's)
+            self.name, user="0", cmd=["python3", script, str(relay.RELAY_PORT), f"{relay.SOCKET_DIR_MOUNT}/{self._socket_name}"]
         )["Id"], detach=True)
         deadline = time.monotonic() + 10
         probe = (f"import socket; socket.create_connection(('127.0.0.1', {relay.RELAY_PORT}), 1).close()")
@@ -186,6 +200,12 @@ class DockerRuntime(ContainerFiles):
     def stop(self) -> None:
         import docker
 
+        handed = self._image_user_marker()
+        try:
+            if handed.exists():  # back to root's (the worker's, on a rootless engine) before it goes
+                self._run_quiet(["chown", "-R", "0:0", SESSION_MOUNT], root=True)
+        except ExecError:
+            pass
         try:
             self._control.remove_container(self.name, force=True)
         except docker.errors.NotFound:
@@ -194,6 +214,10 @@ class DockerRuntime(ContainerFiles):
             # container, by its labels, once the engine answers again)
             shutil.rmtree(self.root, ignore_errors=True)
             unmark_cancelled(self.root)
+            handed.unlink(missing_ok=True)
+
+    def _image_user_marker(self) -> Path:
+        return self.root.with_name(self.root.name + IMAGE_USER_SUFFIX)
 
     def cancel(self) -> None:
         mark_cancelled(self.root)
@@ -224,10 +248,10 @@ class DockerRuntime(ContainerFiles):
                 "PATH": path, "TERM": "dumb", "POLAR_SESSION_DIR": SESSION_MOUNT, "PYTHONUNBUFFERED": "1",
                 **self.handle.get("env", {})}
 
-    def _run_quiet(self, argv: list[str]) -> int:
+    def _run_quiet(self, argv: list[str], root: bool = False) -> int:
         api = self._control
         try:
-            exec_id = api.exec_create(self.name, argv)["Id"]
+            exec_id = api.exec_create(self.name, argv, **({"user": "0"} if root else {}))["Id"]
             api.exec_start(exec_id)
             return int(api.exec_inspect(exec_id)["ExitCode"] or 0)
         except Exception as exc:  # the container is gone or the engine refused

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.status import SessionStatus
-from workers.runtimes.base import CANCEL_SUFFIX, RuntimeHost, owner_session
+from workers.runtimes.base import MARKER_SUFFIXES, RuntimeHost, owner_session
 from workers.runtimes.local import kill_session_processes
 
 log = logging.getLogger("polar.sweeper")
@@ -42,8 +42,9 @@ def sweep_local(runtime_root: Path, status_of: StatusOf, min_age: float | None =
     removed, now = [], time.time()
     min_age = MIN_AGE_SECONDS if min_age is None else min_age
     for root in sorted(runtime_root.iterdir()):
-        if root.name.endswith(CANCEL_SUFFIX) and not root.is_dir():  # a cancel marker its stop left
-            if now - root.lstat().st_mtime >= min_age and _over(status_of, root.name[:-len(CANCEL_SUFFIX)]):
+        suffix = next((x for x in MARKER_SUFFIXES if root.name.endswith(x)), None)
+        if suffix and not root.is_dir():  # a marker beside a folder its stop left
+            if now - root.lstat().st_mtime >= min_age and _over(status_of, root.name[:-len(suffix)]):
                 root.unlink(missing_ok=True)
             continue
         if not root.is_dir() or now - root.stat().st_mtime < min_age or not _over(status_of, root.name):
