@@ -158,11 +158,9 @@ def test_an_mcp_server_from_the_task_is_started_and_called_by_the_cli(presets_cl
     assert "stamped:from-the-policy" in later, later[-3000:]
 
 
-@pytest.mark.parametrize("preset", ["claude_code", "codex"])
-def test_a_skills_folder_from_the_task_reaches_the_cli(preset, presets_client, presets_stack):
-    """agent.settings.skills_dir: the CLI finds the task's skills where it looks for its own and
-    tells the model about them (the skill's description is in its first model call)."""
-    task = task_for(preset, "local", settings={"skills_dir": str(ROOT / "tests" / "fixtures" / "skills")})
+def first_call_tells_the_skill(task: dict, presets_client, presets_stack) -> None:
+    """Run ``task`` (a smoke session): it completes, and its CLI's first model call carries the
+    fixture skill's description (the CLI found the skill)."""
     task["agent"]["model_name"] = "polar-smoke"
     task["evaluator"] = {"strategy": "session_completed"}
     [result] = presets_client.wait(presets_client.submit(task), timeout=300, poll_seconds=0.5).results
@@ -170,5 +168,13 @@ def test_a_skills_folder_from_the_task_reaches_the_cli(preset, presets_client, p
     stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
     records, _ = stores.records.completions(result.session_id)
     assert "polar-rollout house style" in json.dumps(records[0].original_request)
+
+
+@pytest.mark.parametrize("preset", ["claude_code", "codex"])
+def test_a_skills_folder_from_the_task_reaches_the_cli(preset, presets_client, presets_stack):
+    """agent.settings.skills_dir: the CLI finds the task's skills where it looks for its own and
+    tells the model about them (the skill's description is in its first model call)."""
+    task = task_for(preset, "local", settings={"skills_dir": str(ROOT / "tests" / "fixtures" / "skills")})
+    first_call_tells_the_skill(task, presets_client, presets_stack)
     skills = ROOT / "tests" / "fixtures" / "skills"
     assert sorted(p.name for p in skills.iterdir()) == ["polar-greeting"]  # the CLI wrote nothing into it

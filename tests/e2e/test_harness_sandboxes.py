@@ -5,15 +5,10 @@ their usual runtime); what it found broken is kept here, one session each."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import redis
 
-from pipeline.status import SessionStatus
-from pipeline.stores import Stores
 from tests.conftest import TEST_IMAGE
-from tests.e2e.test_harness_presets import ROOT, task_for
+from tests.e2e.test_harness_presets import ROOT, first_call_tells_the_skill, task_for
 
 # The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
 pytestmark = pytest.mark.xdist_group("presets-stack")
@@ -40,10 +35,4 @@ def test_a_skills_folder_the_task_uploads_reaches_the_cli_in_a_sandbox(preset, s
     task["runtime"].update(SANDBOXES[sandbox])
     task["runtime"]["prepare"].append({"type": "upload_dir", "src": str(ROOT / "tests" / "fixtures" / "skills"),
                                        "dst": "skills"})
-    task["agent"]["model_name"] = "polar-smoke"
-    task["evaluator"] = {"strategy": "session_completed"}
-    [result] = presets_client.wait(presets_client.submit(task), timeout=300, poll_seconds=0.5).results
-    assert result.status == SessionStatus.COMPLETED, result.error
-    stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
-    records, _ = stores.records.completions(result.session_id)
-    assert "polar-rollout house style" in json.dumps(records[0].original_request)
+    first_call_tells_the_skill(task, presets_client, presets_stack)
