@@ -77,6 +77,10 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
             raise BadRequest(f"thinking.type: must be one of {', '.join(_THINKING)}", param="thinking.type")
         if thinking["type"] == "enabled":
             _check_budget(thinking.get("budget_tokens"), max_tokens)
+        forced = body.get("tool_choice")
+        if thinking["type"] != "disabled" and isinstance(forced, dict) and forced.get("type") in ("any", "tool"):
+            # Anthropic's 400: a forced tool call would be sampled with thinking the model may not do
+            raise BadRequest("Thinking may not be enabled when tool_choice forces tool use.", param="tool_choice")
         chat["chat_template_kwargs"] = {"enable_thinking": thinking["type"] != "disabled"}
     return chat, {"dropped_tools": dropped, "thinking": isinstance(thinking, dict) and thinking.get("type") != "disabled"}
 

@@ -58,6 +58,22 @@ def test_anthropic_stop_sequences_as_one_string_are_refused(ref_stack):
     assert "stop_sequences" in info.value.message and answered(ref_stack, key) == []
 
 
+@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "ls"}])
+@pytest.mark.parametrize("thinking", [{"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"}])
+def test_anthropic_thinking_with_a_forced_tool_choice_is_refused(ref_stack, choice, thinking):
+    """Anthropic refuses thinking together with a tool_choice that forces a tool; the proxy
+    answered such a call (sampled with thinking on) where the vendor's API would not."""
+    key = running_session(ref_stack.settings.redis_url)
+    tools = [{"name": "ls", "description": "List files.", "input_schema": {"type": "object", "properties": {}}}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        anthropic_client(ref_stack, key).messages.create(
+            model="tiny", max_tokens=2048, messages=[{"role": "user", "content": "hi"}], tools=tools,
+            tool_choice=choice, thinking=thinking)
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert info.value.body["error"]["message"] == "Thinking may not be enabled when tool_choice forces tool use."
+    assert answered(ref_stack, key) == []
+
+
 def test_an_anthropic_tool_result_marked_as_an_error_reaches_the_prompt(ref_stack, model_dir):
     key = running_session(ref_stack.settings.redis_url)
     sdk = anthropic_client(ref_stack, key)
