@@ -88,10 +88,12 @@ def session_containers(docker_host: str | None, root: Path, timeout: float = 120
     """(container, session, created) of every container this project made for sessions whose
     directories live in ``root`` -- another stack's containers (another root) are not ours."""
     found = []
-    for c in client(docker_host, timeout).containers.list(all=True, filters={"label": [
+    # The list's own rows (one call), not the high-level list, which inspects each container it
+    # lists: one removed meanwhile (by a teardown, another sweep) failed the whole listing.
+    for c in client(docker_host, timeout).api.containers(all=True, filters={"label": [
             f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}):
-        labels = c.labels or {}
-        found.append((c.name, labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
+        labels, names = c.get("Labels") or {}, c.get("Names") or [c["Id"]]
+        found.append((names[0].lstrip("/"), labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
     return found
 
 
