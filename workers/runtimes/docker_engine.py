@@ -98,10 +98,12 @@ def session_containers(docker_host: str | None, root: Path, timeout: float = 120
 
 
 def remove_container(docker_host: str | None, name: str, timeout: float = 120) -> None:
+    """Remove a container by name, running or not; one already gone is not an error. (The
+    low-level call, as the runtime's teardown makes it: the high-level one inspects it first.)"""
     import docker
 
     try:
-        client(docker_host, timeout).containers.get(name).remove(force=True)
+        client(docker_host, timeout).api.remove_container(name, force=True)
     except docker.errors.NotFound:
         pass
 

@@ -23,9 +23,10 @@ from workers.runtimes.local import kill_session_processes
 
 log = logging.getLogger("polar.sweeper")
 MIN_AGE_SECONDS = 30.0
-# How long the sweep waits for the container engine: it runs on every worker's reaper thread,
-# ahead of nothing else but still every pass, and a hung engine (not a gone one: that refuses at
-# once) held each pass for the client's 120 s.
+# The longest the sweep waits for the container engine (never longer than the runtime's own
+# ``docker_call_timeout``): it runs on every worker's reaper thread, ahead of nothing else but
+# still every pass, and a hung engine (not a gone one: that refuses at once) held each pass for
+# the client's 120 s.
 ENGINE_TIMEOUT_SECONDS = 10.0
 StatusOf = Callable[[str], "SessionStatus | None"]
 
@@ -67,10 +68,11 @@ def sweep_containers(host: RuntimeHost, status_of: StatusOf, min_age: float | No
 
     removed, now = [], time.time()
     min_age = MIN_AGE_SECONDS if min_age is None else min_age
-    for name, session, created in docker.session_containers(host.docker_host, host.root, ENGINE_TIMEOUT_SECONDS):
+    wait = min(ENGINE_TIMEOUT_SECONDS, host.docker_call_timeout)
+    for name, session, created in docker.session_containers(host.docker_host, host.root, wait):
         if now - created < min_age or not _over(status_of, session):
             continue
-        docker.remove_container(host.docker_host, name, ENGINE_TIMEOUT_SECONDS)
+        docker.remove_container(host.docker_host, name, wait)
         log.warning("sweeper: removed container %s (session %s)", name, session)
         removed.append(name)
     return removed
