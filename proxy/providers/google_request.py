@@ -5,7 +5,7 @@ one file.
 
 ``systemInstruction``, text/inline-data/file parts, ``functionCall``/``functionResponse``
 (ids preserved, or synthesised consistently: a response without an id answers the oldest
-unanswered call of that name), ``thought`` parts (history -> ``reasoning_content``), function
+unanswered call of that name; one answering no call is Gemini's 400), ``thought`` parts (history -> ``reasoning_content``), function
 declarations with ``parameters`` (OpenAPI subset, upper-case types) or
 ``parametersJsonSchema``, ``toolConfig`` and ``generationConfig``; camelCase and snake_case
 field names alike (``camel_keys``).
@@ -203,8 +203,12 @@ def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]])
     call_id = fr.get("id")
     if call_id in queue:
         queue.remove(call_id)
-    elif call_id is None:
-        call_id = queue.pop(0) if queue else f"call_{name}"
+    elif not queue:  # answers no call of the model's: Gemini's 400 (sampled, it would be trained on)
+        raise BadRequest("Please ensure that function response turn comes immediately after a function call turn.",
+                         param=where)
+    else:  # an id of its own (or none): it answers the oldest call of its name
+        oldest = queue.pop(0)
+        call_id = oldest if call_id is None else call_id
     response = fr.get("response")
     failed = False
     if isinstance(response, dict) and set(response) <= {"output", "error"} and response:

@@ -111,6 +111,31 @@ def test_a_gemini_function_response_with_an_error_reaches_the_prompt_marked(ref_
     assert f"{TOOL_ERROR}\nNo such directory" in tok.decode(failed_call["prompt_ids"])
 
 
+@pytest.mark.parametrize("history", [
+    [],  # no call at all
+    [gt.Content(role="model", parts=[gt.Part(function_call=gt.FunctionCall(name="read", args={}))])],  # another's
+    [gt.Content(role="model", parts=[gt.Part(function_call=gt.FunctionCall(name="ls", args={}))]),
+     gt.Content(role="user", parts=[gt.Part(function_response=gt.FunctionResponse(name="ls", response={"output": "a"}))])],
+])
+def test_a_gemini_function_response_answering_no_call_is_refused_as_google_does(ref_stack, history):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai_client(ref_stack, key)
+    orphan = gt.Content(role="user", parts=[gt.Part(function_response=gt.FunctionResponse(
+        name="ls", response={"output": "a.py"}))])
+    contents = [gt.Content(role="user", parts=[gt.Part(text="List the files.")]), *history, orphan]
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", config=gt.GenerateContentConfig(max_output_tokens=4),
+                                    contents=contents)
+    assert info.value.code == 400 and info.value.status == "INVALID_ARGUMENT"
+    assert info.value.message == "Please ensure that function response turn comes immediately after a function call turn."
+    assert answered(ref_stack, key) == []
+    # the same history with the response answering its call is sampled
+    answer = contents[:-1] + [gt.Content(role="model", parts=[gt.Part(function_call=gt.FunctionCall(name="ls", args={}))]),
+                              orphan]
+    sdk.models.generate_content(model="tiny", config=gt.GenerateContentConfig(max_output_tokens=4), contents=answer)
+    assert len(answered(ref_stack, key)) == 1
+
+
 def test_an_unknown_gemini_generation_config_field_is_refused_as_google_does(ref_stack):
     key = running_session(ref_stack.settings.redis_url)
     # what the SDK's config sends as generationConfig still passes (gemini-cli's fields among them)

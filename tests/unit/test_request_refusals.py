@@ -73,6 +73,15 @@ def test_a_gemini_function_response_with_an_error_is_marked_in_the_tool_message(
     assert G.parse(body, path_model="m").chat["messages"][-1]["content"] == text
 
 
+@pytest.mark.parametrize("response", [{"name": "ls"}, {"name": "ls", "id": "c9"}, {"name": "cat", "id": "c1"}])
+def test_a_gemini_function_response_answering_no_call_is_googles_400(response):
+    called = {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}, "id": "c1"}}]}
+    answer = {"role": "user", "parts": [{"functionResponse": {**response, "response": {"output": "x"}}}]}
+    for history in ([], [called, answer]):  # no call at all; the one call answered already
+        with pytest.raises(BadRequest, match="function response turn comes immediately after a function call"):
+            G.parse({"contents": [{"role": "user", "parts": [{"text": "ls"}]}, *history, answer]}, path_model="m")
+
+
 def test_generation_config_fields_in_either_spelling_pass():
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
             "generation_config": {"max_output_tokens": 5, "top_k": 2, "thinking_config": {"include_thoughts": True},
