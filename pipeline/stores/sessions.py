@@ -104,6 +104,9 @@ class SessionState:
     started: set[Stage] = field(default_factory=set)
     # stage -> where it sent the session (None: nowhere)
     done: dict[Stage, Stage | None] = field(default_factory=dict)
+    # The replies of the reads the stage queued with its begin (workers/stages/common.py's
+    # BEGIN_READS), in their order; None when it queued none.
+    read: list[Any] | None = field(default=None, repr=False, compare=False)
 
     def remaining(self, now: float | None = None) -> float | None:
         if self.deadline is None:

@@ -1,7 +1,8 @@
 """The two ends of a stage, one round trip each (the redelivery guard, ``workers/stages/common.py``):
 
 * ``begin``: take the stage's lease, read the session, mark the stage started (and stamp its
-  start, for stages that have a stamp) -- STAGE_BEGIN;
+  start, for stages that have a stamp) -- STAGE_BEGIN, with the stage's own first reads (if
+  any) queued ahead of it in the same round trip;
 * ``finish``: in one MULTI/EXEC, the stage's outputs under staged names (``Handoff.puts``), then
   STAGE_FINISH: the session's move to its next status with the fields that go with it, the
   outcome (first write wins), the outputs renamed into place, the "done" marker, the next stage's
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import redis
 
@@ -59,6 +60,8 @@ class Begun:
     lease: StageLease
     state: SessionState | None  # None: no such session (expired, or never registered); as before the mark
     stamped_at: float  # the start stamp's value, if the stage has one and none was there
+    # The replies of the reads queued with the begin (``begin``'s ``reads``), None without any.
+    read: list[Any] | None = None
 
 
 class StageRuns:
@@ -69,18 +72,30 @@ class StageRuns:
         self._finish = lua.bind(r, lua.STAGE_FINISH)
         self._send = lua.bind(r, lua.STAGE_SEND)
 
-    def begin(self, session_id: str, stage: Stage, stamp: str | None = None) -> Begun | None:
+    def begin(self, session_id: str, stage: Stage, stamp: str | None = None,
+              reads: Callable[[Any], None] | None = None) -> Begun | None:
         """None when another live worker holds this stage of this session (a duplicate).
-        ``stamp``: a timing field set to now with the started mark."""
+        ``stamp``: a timing field set to now with the started mark. ``reads``: queues plain reads
+        on a pipeline, sent ahead of the begin script in the same round trip (their replies in
+        ``Begun.read``): data the stage's body reads first that nobody changes once the stage's
+        message is sent (the outputs of the stages before it)."""
         lease = StageLease(self._r, session_id, stage, self.lease_seconds)
         now = time.time()
-        reply = self._begin(keys=[*_LEASE_KEYS, keys.session(session_id)],
-                            args=[lease.member, lease.token, lease.ttl_ms, started_field(stage),
-                                  *((stamp, repr(now)) if stamp else ())])
+        script_keys = [*_LEASE_KEYS, keys.session(session_id)]
+        args = [lease.member, lease.token, lease.ttl_ms, started_field(stage), *((stamp, repr(now)) if stamp else ())]
+        read: list[Any] | None = None
+        if reads is None:
+            reply = self._begin(keys=script_keys, args=args)
+        else:
+            def build(pipe: Any) -> None:
+                reads(pipe)
+                lua.queue(pipe, lua.STAGE_BEGIN, script_keys, args)
+
+            *read, reply = lua.execute(self._r, build, transaction=False)
         if not reply[0]:
             return None
         lease.adopt()
-        return Begun(lease, SessionStore.parse(session_id, reply[1]), now)
+        return Begun(lease, SessionStore.parse(session_id, reply[1]), now, read)
 
     def finish(self, lease: StageLease, session_id: str, *, done: Stage | None = None,
                handoff: Handoff | None = None, send: Stage | None = None, priority: int = 0,

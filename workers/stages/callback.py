@@ -28,17 +28,27 @@ from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.trainers import groups
 from workers.stages.callback_post import CALLBACK_TIMEOUT_SECONDS, post_pinned
-from workers.stages.common import Deps, Skip, log
+from workers.stages.common import BEGIN_READS, Deps, Skip, log
+
+
+def _queue_reads(d: Deps, pipe: Any, sid: str) -> None:
+    """The result EVALUATE stored, and the raw records for its results file."""
+    d.stores.outputs.queue_result(pipe, sid)
+    d.stores.records.queue_all(pipe, sid)
+
+
+BEGIN_READS[Stage.CALLBACK] = _queue_reads  # read with the stage's begin, in its round trip
 
 
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     sid = state.session_id
     stores = d.stores
-    # One round trip: the result EVALUATE stored, and the raw records for its results file.
-    pipe = stores.r.pipeline(transaction=False)
-    stores.outputs.queue_result(pipe, sid)
-    stores.records.queue_all(pipe, sid)
-    raw, completions, errors = pipe.execute()
+    read = state.read
+    if read is None:  # (begun without its reads: one round trip of its own)
+        pipe = stores.r.pipeline(transaction=False)
+        _queue_reads(d, pipe, sid)
+        read = pipe.execute()
+    raw, completions, errors = read
     result = stores.outputs.parse_result(raw)
     if result is None:
         raise Skip("no result stored yet")

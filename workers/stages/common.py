@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from celery import Celery
 
@@ -72,6 +72,12 @@ def deps() -> Deps:
 
 Body = Callable[[Deps, SessionState, StageLease], "Stage | Handoff | None"]
 Recover = Callable[[Deps, SessionState], "Stage | Handoff | None"]
+# What a stage's body reads first, queued on the begin's round trip (``StageRuns.begin``'s
+# ``reads``): ``(deps, pipeline, session id)``. The replies reach the body as ``state.read``
+# (None when the stage began without them: the body then reads them itself). Registered by the
+# stage's module; only data nobody changes once the stage's message is sent.
+Reads = Callable[[Deps, Any, str], None]
+BEGIN_READS: dict[Stage, Reads] = {}
 # Stages whose start is stamped by the guard as it begins them (the others stamp theirs with the
 # status they move the session to).
 START_STAMPS = {Stage.POSTRUN: "postrun_started_at", Stage.EVALUATE: "evaluate_started_at"}
@@ -83,7 +89,7 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
     runs = d.stores.stage_runs
     started = time.monotonic()
     # One round trip: the lease, the session, the "started" mark (and the stage's start stamp).
-    begun = runs.begin(session_id, stage, START_STAMPS.get(stage))
+    begun = runs.begin(session_id, stage, START_STAMPS.get(stage), _begin_reads(d, stage, session_id))
     if begun is None:
         log.info("%s %s: another worker holds this stage; duplicate delivery dropped", stage.value, session_id)
         stage_metrics.count_stage_run(d.stores.r, stage, "duplicate")
@@ -92,6 +98,8 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
     stamp = START_STAMPS.get(stage)
     if state is not None and stamp and getattr(state.timing, stamp) is None:
         setattr(state.timing, stamp, begun.stamped_at)  # what the begin script just wrote
+    if state is not None:
+        state.read = begun.read
     try:
         if state is None:
             log.warning("%s %s: unknown or expired session", stage.value, session_id)
@@ -136,6 +144,13 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         lease.stop_heartbeat()
         stage_metrics.count_stage_run(d.stores.r, stage, "failed", time.monotonic() - started)
         raise
+
+
+def _begin_reads(d: Deps, stage: Stage, session_id: str) -> Callable[[Any], None] | None:
+    reads = BEGIN_READS.get(stage)
+    if reads is None:
+        return None
+    return lambda pipe: reads(d, pipe, session_id)
 
 
 _ORDER = list(Stage)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any
 
 from pipeline import builders
 from pipeline.schemas import Trajectory
@@ -16,7 +17,7 @@ from pipeline.stores.leases import StageLease
 from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.stores.stage_runs import Handoff
-from workers.stages.common import Deps, Skip, log
+from workers.stages.common import BEGIN_READS, Deps, Skip, log
 
 INFLIGHT_POLL_SECONDS = 0.05
 
@@ -25,7 +26,7 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     sid, spec = state.session_id, state.spec
     if state.status != SessionStatus.POSTRUN:
         raise Skip(f"status is {state.status.value}")
-    found, still_in_flight = _records(d, sid)
+    found, still_in_flight = _records(d, sid, state.read)
     # The outcome RUN (or a canceller) recorded; "no outcome" becomes an error, written with the end.
     outcome = state.outcome or Outcome.ERROR
     records, bad, errors = found.completions, found.unreadable, found.errors
@@ -107,16 +108,27 @@ def last_call_unanswered(admitted: int, completions: list, errors: list) -> str 
     return None
 
 
-def _records(d: Deps, sid: str) -> tuple[SessionRecords, int]:
+def _queue_reads(d: Deps, pipe: Any, sid: str) -> None:
+    d.stores.sessions.queue_inflight_calls(pipe, sid)
+    d.stores.records.queue_all(pipe, sid)
+
+
+BEGIN_READS[Stage.POSTRUN] = _queue_reads  # the first look at the records: on the stage's begin
+
+
+def _records(d: Deps, sid: str, read: list[Any] | None = None) -> tuple[SessionRecords, int]:
     """The session's records, once the model calls still inside the proxy have landed theirs
-    (or ``inflight_drain_seconds`` passed: then also how many were still in flight); one round
-    trip when none is in flight."""
+    (or ``inflight_drain_seconds`` passed: then also how many were still in flight); no round
+    trip of its own when none is in flight (``read``: ``_queue_reads``'s replies, read with the
+    stage's begin), else one per poll."""
     deadline = time.monotonic() + d.settings.inflight_drain_seconds
     while True:
-        pipe = d.stores.r.pipeline(transaction=False)
-        d.stores.sessions.queue_inflight_calls(pipe, sid)
-        d.stores.records.queue_all(pipe, sid)
-        inflight, completions, errors = pipe.execute()
+        if read is None:
+            pipe = d.stores.r.pipeline(transaction=False)
+            _queue_reads(d, pipe, sid)
+            read = pipe.execute()
+        inflight, completions, errors = read
         if inflight <= 0 or time.monotonic() >= deadline:
             return d.stores.records.parse_all(completions, errors), max(0, int(inflight))
+        read = None
         time.sleep(INFLIGHT_POLL_SECONDS)
