@@ -110,9 +110,20 @@ class ProxyControlStore:
         included (to this moment, or to its last lease if it lapsed unseen): grows only while
         paused, so two reads bound the pause time between them."""
         pipe = self._r.pipeline(transaction=False)
-        pipe.hmget(keys.PROXY_PAUSE_CLOCK, "total", "since", "until")
+        self.queue_pause_clock(pipe)
         pipe.time()  # the clock's marks are Redis TIME: the worker's clock would add its skew
-        (total, since, until), (sec, usec) = pipe.execute()
+        row, now = pipe.execute()
+        return self.parse_paused_seconds(row, now)
+
+    @staticmethod
+    def queue_pause_clock(pipe: Any) -> None:
+        """Add to ``pipe`` the read ``parse_paused_seconds`` decodes (with a Redis TIME queued too)."""
+        pipe.hmget(keys.PROXY_PAUSE_CLOCK, "total", "since", "until")
+
+    @staticmethod
+    def parse_paused_seconds(row: list[Any], now: tuple[int, int]) -> float:
+        """``queue_pause_clock``'s reply, against Redis's TIME ``now`` (seconds, microseconds)."""
+        (total, since, until), (sec, usec) = row, now
         ms = float(total or 0)
         if since and int(since):
             ms += max(0.0, min(sec * 1000 + usec / 1000, int(until or 0)) - int(since))

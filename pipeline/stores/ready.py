@@ -9,7 +9,7 @@ never both take the same runtime.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import redis
 
@@ -65,13 +65,28 @@ class ReadyBuffer:
 
     def claim_to(self, session_id: str, target: SessionStatus, **fields: Any) -> bool:
         """``claim_to_run`` to any ``target`` (a cancel: POSTRUN, with the outcome in ``fields``)."""
-        reply = self._claim_start(keys=[keys.READY_SLOTS, keys.READY_LIST, keys.session(session_id)],
-                                  args=[session_id, *SessionStore.transition_args(target, [SessionStatus.READY], fields)])
+        return self.claim_to_reading(session_id, target, fields)[0]
+
+    def claim_to_reading(self, session_id: str, target: SessionStatus, fields: dict[str, Any],
+                         reads: Callable[[Any], None] | None = None) -> tuple[bool, list[Any]]:
+        """``claim_to`` with plain reads (``reads`` queues them on a pipeline) sent ahead of the
+        claim in the same round trip; returns whether it claimed, and the reads' replies."""
+        script_keys = [keys.READY_SLOTS, keys.READY_LIST, keys.session(session_id)]
+        args = [session_id, *SessionStore.transition_args(target, [SessionStatus.READY], fields)]
+        read: list[Any] = []
+        if reads is None:
+            reply = self._claim_start(keys=script_keys, args=args)
+        else:
+            def build(pipe: Any) -> None:
+                reads(pipe)
+                lua.queue(pipe, lua.READY_CLAIM_START, script_keys, args)
+
+            *read, reply = lua.execute(self._r, build, transaction=False)
         if not reply[0]:
-            return False
+            return False, read
         ok, previous = reply[1]
         SessionStore.transition_result(session_id, target, ok, previous)
-        return True
+        return True, read
 
     def release(self, session_id: str) -> None:
         """Give the slot back without running (INIT failed or the session was cancelled)."""

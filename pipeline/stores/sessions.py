@@ -259,10 +259,22 @@ class SessionStore:
         its last refresh and ``PARK_STALE_SECONDS`` at most: a mark a killed proxy left stops),
         and whether its model-call budget is spent."""
         pipe = self._r.pipeline(transaction=False)
+        self.queue_run_poll(pipe, session_id)
+        pipe.time()  # the marks are Redis TIME: the worker's clock would add its skew to every wait
+        row, now = pipe.execute()
+        return self.parse_run_poll(row, now)
+
+    @staticmethod
+    def queue_run_poll(pipe: Any, session_id: str) -> None:
+        """Add to ``pipe`` the read ``parse_run_poll`` decodes (with a Redis TIME queued too)."""
         pipe.hmget(keys.session(session_id), [F.CANCEL.value, F.PARKED_SINCE.value, F.PARKED_SECONDS.value,
                                               F.PARKED_SEEN.value, F.CALLS_SPENT.value])
-        pipe.time()  # the marks are Redis TIME: the worker's clock would add its skew to every wait
-        (cancel, since, total, seen, spent), (sec, usec) = pipe.execute()
+
+    @staticmethod
+    def parse_run_poll(row: list[Any], now: tuple[int, int]) -> RunPoll:
+        """``queue_run_poll``'s reply, against Redis's TIME ``now`` (seconds, microseconds)."""
+        cancel, since, total, seen, spent = row
+        sec, usec = now
         parked = float(total or 0)
         if since:
             end = sec + usec / 1e6

@@ -9,6 +9,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.status import Outcome, SessionStatus, Stage
 from pipeline.stores.leases import StageLease
@@ -28,10 +29,20 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
     own = agent_timeout(state)
     if own is not None:  # the proxy samples nothing for the agent after it (and after the deadline)
         start[F.CALLS_UNTIL.value] = now + own
-    if not d.stores.ready.claim_to_run(sid, **start):
+    # The claim and, in its round trip (read just ahead of it), the clocks the agent's pause credit
+    # counts from: the time the session's calls have waited out pauses, and the proxy's pause clock.
+    def clocks(pipe: Any) -> None:
+        d.stores.sessions.queue_run_poll(pipe, sid)
+        d.stores.proxy_control.queue_pause_clock(pipe)
+        pipe.time()
+
+    claimed, (poll_row, clock_row, redis_now) = d.stores.ready.claim_to_reading(sid, SessionStatus.RUNNING, start, clocks)
+    if not claimed:
         raise Skip(f"not in READY (status {d.stores.sessions.status(sid)})")
+    bases = (d.stores.sessions.parse_run_poll(poll_row, redis_now).parked,
+             d.stores.proxy_control.parse_paused_seconds(clock_row, redis_now))
     try:
-        outcome, error, exit_code = _run_agent(d, state, lease, start.get(F.CALLS_UNTIL.value))
+        outcome, error, exit_code = _run_agent(d, state, lease, start.get(F.CALLS_UNTIL.value), bases)
     except Exception as exc:  # the harness could not even be launched
         outcome, error, exit_code = Outcome.ERROR, f"run: {exc}", None
     log.info("run %s: %s", sid, outcome.value)
@@ -41,8 +52,9 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
                    outcome=outcome, error=error)
 
 
-def _run_agent(d: Deps, state: SessionState, lease: StageLease,
-               calls_until: float | None) -> tuple[Outcome, str | None, int | None]:
+def _run_agent(d: Deps, state: SessionState, lease: StageLease, calls_until: float | None,
+               bases: tuple[float, float]) -> tuple[Outcome, str | None, int | None]:
+    """``bases``: the session's waited time and the proxy's pause clock as RUN started."""
     sid, spec = state.session_id, state.spec
     if state.cancel_requested:  # as read when this stage began, a moment ago
         return Outcome.CANCELLED, "cancelled before the agent ran", None
@@ -57,9 +69,9 @@ def _run_agent(d: Deps, state: SessionState, lease: StageLease,
     stopped: list[tuple[Outcome, str]] = []  # why the run stopped the agent itself (a full disk, its call budget)
     # The limit is kept here, not by the runtime: time paused for weight sync moves it. (Made
     # before the warm-up starts: nothing is left to clean up when Redis fails it.)
-    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, d.stores.sessions.run_poll(sid).parked,
+    clock = RunClock(limit, d.stores.proxy_control.paused_seconds, bases[0],
                      lambda fields: d.stores.sessions.set(sid, **fields),
-                     {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until})
+                     {F.DEADLINE.value: state.deadline, F.CALLS_UNTIL.value: calls_until}, paused_base=bases[1])
     warmup = Warmup.start(d, state)  # the evaluation runtime, made while the agent runs
     try:
         res = runtime.exec(

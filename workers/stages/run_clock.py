@@ -26,14 +26,17 @@ WRITE_STEP_SECONDS = 0.2
 
 class RunClock:
     def __init__(self, limit: float, paused_seconds: Callable[[], float], parked_seconds: float,
-                 write: Callable[[dict[str, Any]], None], fields: dict[str, float | None]) -> None:
+                 write: Callable[[dict[str, Any]], None], fields: dict[str, float | None],
+                 paused_base: float | None = None) -> None:
         """``limit``: seconds the agent may run; ``paused_seconds``: reads the proxy's pause
         clock; ``parked_seconds``: the session's waited time as RUN starts; ``fields``: the
-        session's deadline fields (``F.DEADLINE``, ``F.CALLS_UNTIL``) as they stand, None when unset."""
+        session's deadline fields (``F.DEADLINE``, ``F.CALLS_UNTIL``) as they stand, None when unset;
+        ``paused_base``: the pause clock as RUN starts, when already read (else read here)."""
         self.limit = limit
         self._paused_seconds, self._write = paused_seconds, write
         self._fields = {name: value for name, value in fields.items() if value is not None}
-        self._base, self._parked_base = paused_seconds(), parked_seconds
+        self._base = paused_seconds() if paused_base is None else paused_base
+        self._parked_base = parked_seconds
         self._started = time.monotonic()
         self.credit = self._written = 0.0
         self.over = False
