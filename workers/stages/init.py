@@ -25,10 +25,23 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | Handoff:
         raise Skip(f"status is {state.status.value}")
     slot_ttl = spec.timeout_seconds + READY_GRACE_SECONDS
     task_key = d.stores.tasks.key(spec.task_id)
+    # The runtime's handle (making it starts nothing) is written with the admission's move, before
+    # anything starts: a worker that dies from there on leaves POSTRUN what to tear down. One that
+    # cannot be made fails the session once admitted, as a runtime that cannot start does.
+    runtime: runtimes.Runtime | None = None
+    unmade: Exception | None = None
+    try:
+        backend = spec.runtime.backend or d.settings.default_runtime_backend
+        runtime = runtimes.create(spec.runtime.model_copy(update={"backend": backend}), sid,
+                                  runtimes.RuntimeHost.of(d.settings, spec.task_id))
+    except Exception as exc:
+        unmade = exc
+    made = {"runtime": runtime.handle} if runtime is not None else {}
     while True:  # backpressure: never run ahead of the buffer
         now = time.time()
         try:
-            if d.stores.ready.admit(sid, task_key, slot_ttl, init_started_at=now, deadline=now + spec.timeout_seconds):
+            if d.stores.ready.admit(sid, task_key, slot_ttl, init_started_at=now, deadline=now + spec.timeout_seconds,
+                                    **made):
                 break
         except TransitionRefused as exc:
             raise Skip(str(exc)) from None
@@ -37,10 +50,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | Handoff:
         time.sleep(SLOT_WAIT_POLL_SECONDS)
     deadline = now + spec.timeout_seconds
     try:
-        backend = spec.runtime.backend or d.settings.default_runtime_backend
-        runtime = runtimes.create(spec.runtime.model_copy(update={"backend": backend}), sid,
-                                  runtimes.RuntimeHost.of(d.settings, spec.task_id))
-        d.stores.sessions.set(sid, runtime=runtime.handle)
+        if runtime is None:
+            raise unmade or RuntimeError("no runtime")
         runtime.start()
         cancelled = lambda: d.stores.sessions.cancel_requested(sid)  # noqa: E731
         run_prepare(runtime, spec.runtime.prepare, deadline=deadline, cancelled=cancelled,
