@@ -22,8 +22,7 @@ local function transition(key, target, allowed, token, first)
     if s == cur then ok = true end
   end
   if not ok then return {0, cur} end
-  redis.call('HSET', key, 'status', target, 'transition_token', token)
-  for i = first, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+  redis.call('HSET', key, 'status', target, 'transition_token', token, unpack(ARGV, first))
   return {1, cur}
 end
 """

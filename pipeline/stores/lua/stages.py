@@ -172,25 +172,37 @@ if taken then
   return {-1, ''}
 end
 local moved = {1, ''}
+local exists = nil  -- whether the session hash exists, once asked (a move found it)
+local function session_exists()
+  if exists == nil then exists = redis.call('EXISTS', KEYS[4]) == 1 end
+  return exists
+end
+local writes = {}  -- the session's fields written after the move, in one HSET
 if ARGV[8] ~= '' then
   moved = transition(KEYS[4], ARGV[8], ARGV[9], ARGV[10], 19)
   if moved[1] == 0 then
     drop_staged()
     return moved
   end
-elseif #ARGV > 18 and redis.call('EXISTS', KEYS[4]) == 1 then
-  for i = 19, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+  exists = true
+elseif #ARGV > 18 and session_exists() then
+  for i = 19, #ARGV do writes[#writes + 1] = ARGV[i] end
 end
 redis.call('HINCRBY', KEYS[6], ARGV[13], 1)
 if ARGV[14] ~= '' then
   redis.call('HINCRBY', KEYS[6], ARGV[14], 1)
   redis.call('HINCRBYFLOAT', KEYS[6], ARGV[15], ARGV[16])
 end
-if ARGV[11] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('HSETNX', KEYS[4], 'outcome', ARGV[11]) == 1
+if ARGV[11] ~= '' and session_exists() and redis.call('HSETNX', KEYS[4], 'outcome', ARGV[11]) == 1
    and ARGV[12] ~= '' then
-  redis.call('HSET', KEYS[4], 'error', ARGV[12])
+  writes[#writes + 1] = 'error'
+  writes[#writes + 1] = ARGV[12]
 end
-if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], ARGV[3], ARGV[4]) end
+if ARGV[3] ~= '' and session_exists() then
+  writes[#writes + 1] = ARGV[3]
+  writes[#writes + 1] = ARGV[4]
+end
+if #writes > 0 then redis.call('HSET', KEYS[4], unpack(writes)) end
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
   redis.call('LPUSH', KEYS[5], ARGV[7])
