@@ -7,7 +7,9 @@ import time
 from statistics import mean
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from infra.cli.output import console, err_console, progress
 from pipeline.client import RolloutClient, api_outage
@@ -50,7 +52,7 @@ def follow(client: RolloutClient, task_id: str, *, timeout: float | None = None,
                 err_console.print(f"{time.strftime('%H:%M:%S')} the API answers again")
             away = False
             if bar is None:
-                bar = bars.add_task(task_id, total=st.total_sessions, detail="")
+                bar = bars.add_task(escape(task_id), total=st.total_sessions, detail="")
             counts = " ".join(f"{k.lower()}={v}" for k, v in sorted(st.counts.items()))
             bars.update(bar, completed=st.finished_sessions, detail=counts)
             if st.status.is_terminal():
@@ -70,16 +72,18 @@ def task_summary(st: TaskStatus) -> dict[str, Any]:
 
 
 def print_task(st: TaskStatus) -> None:
-    table = Table(title=f"task {st.task_id}: {st.status.value}")
+    # Ids and errors are the submitter's and the agent's text, never rich markup: an error holding
+    # "[/red]" made `polar status` and `submit --wait` die with a MarkupError traceback.
+    table = Table(title=Text(f"task {st.task_id}: {st.status.value}"))
     for col in ("#", "session", "status", "reward", "traces", "prompt tok", "response tok",
                 "trainable tok", "time s", "error"):
         table.add_column(col, overflow="fold")
     for s in sorted(st.sessions, key=lambda s: s.sample_index):
         total = s.durations_ms.get("total")
-        table.add_row(str(s.sample_index), s.session_id[-12:], s.status.value,
+        table.add_row(str(s.sample_index), Text(s.session_id[-12:]), s.status.value,
                       "-" if s.reward is None else f"{s.reward:.2f}", str(s.num_traces),
                       str(s.prompt_tokens), str(s.response_tokens), str(s.trainable_tokens),
-                      "-" if total is None else f"{total / 1000:.2f}", (s.error or "")[:80])
+                      "-" if total is None else f"{total / 1000:.2f}", Text((s.error or "")[:80]))
     console.print(table)
     print_stage_split(st)
 
@@ -107,17 +111,17 @@ def print_pipeline(data: dict[str, Any]) -> None:
     table = Table(title="pipeline")
     table.add_column("what")
     table.add_column("value", overflow="fold")
-    table.add_row("tasks", ", ".join(f"{k}={v}" for k, v in data.get("tasks", {}).items()) or "-")
-    table.add_row("queues", ", ".join(f"{k}={v}" for k, v in data.get("queues", {}).items()))
+    table.add_row("tasks", Text(", ".join(f"{k}={v}" for k, v in data.get("tasks", {}).items()) or "-"))
+    table.add_row("queues", Text(", ".join(f"{k}={v}" for k, v in data.get("queues", {}).items())))
     ready = data.get("ready", {})
     table.add_row("READY", f"depth={ready.get('depth')} reserved={ready.get('reserved')} "
                            f"capacity={ready.get('capacity')}")
     for name, queues in (data.get("workers") or {}).items():
-        table.add_row(f"worker {name}", ", ".join(queues) if isinstance(queues, list) else str(queues))
+        table.add_row(Text(f"worker {name}"), Text(", ".join(queues) if isinstance(queues, list) else str(queues)))
     proxy = data.get("proxy") or {}
     if proxy.get("paused"):  # new model calls are waiting: say who holds them, and until when at most
         latest = proxy.get("lease_expires_latest")
         until = time.strftime("%H:%M:%S", time.localtime(latest)) if latest else "?"
-        table.add_row("proxy", f"PAUSED for weight sync: {proxy.get('holders')} holder(s), until {until} at the "
-                               f"latest; policy_version={proxy.get('policy_version')}")
+        table.add_row("proxy", Text(f"PAUSED for weight sync: {proxy.get('holders')} holder(s), until {until} at the "
+                                    f"latest; policy_version={proxy.get('policy_version')}"))
     console.print(table)

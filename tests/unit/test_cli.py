@@ -309,3 +309,22 @@ def test_sweeping_as_if_the_stack_were_gone_is_refused_while_it_runs(env, tmp_pa
         release(held)
     out = polar({**env, "POLAR_HOME": str(home)}, "runtimes", "sweep", "--stack-gone", "--json")
     assert out.exit_code == 0 and json.loads(out.stdout)["removed"] == [], out.output
+
+
+def test_task_tables_print_ids_and_agent_errors_as_text_not_rich_markup(capsys):
+    """An agent whose stderr tail held "[/red]" (a traceback, a log line) made `polar status` and
+    `polar submit --wait` die with rich's MarkupError traceback; "[blink]" in a task id vanished.
+    Found by submitting such a task to a running `polar up` and asking `polar status` for it."""
+    from infra.cli.render import print_pipeline, print_task
+    from pipeline.schemas import TaskStatus
+
+    error = "agent exited 3: list[int] [/red] [bold]x"
+    st = TaskStatus.model_validate({
+        "task_id": "t[blink]x", "status": "completed", "total_sessions": 1, "finished_sessions": 1,
+        "counts": {"ERROR": 1}, "sessions": [{"session_id": "sess-" + "0" * 24 + "[/b]x", "status": "ERROR",
+                                              "error": error}]})
+    print_task(st)
+    print_pipeline({"tasks": {"[/x]": 1}, "queues": {}, "workers": {"run@[/h]": ["[/q]"]}})
+    out = capsys.readouterr().out
+    assert all(part in out for part in ("t[blink]x", "list[int]", "[/red]", "[bold]x", "[/b]x")), out
+    assert "run@[/h]" in out and "[/q]" in out
