@@ -14,6 +14,7 @@ import json
 import logging
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
 
     @app.before_request
     def authenticate() -> None:
+        refuse_cross_site()
         if token is None or request.path in OPEN_PATHS or viewer.is_open(request.method, request.path):
             return
         if viewer.cookie_grants(request, token):  # the viewer's login cookie: its GET data routes only
@@ -195,6 +197,26 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
         return api_error(ApiError(500, "internal_error", f"internal error: {type(exc).__name__}"))
 
     return app
+
+
+def refuse_cross_site() -> None:
+    """A browser's cross-site request that would change something is refused, token or not.
+
+    Submit reads its body as JSON whatever its Content-Type, so another site's page could POST a
+    task (a "simple" request: text/plain, a form, a Blob; no CORS preflight) to an API on the
+    user's machine; without POLAR_API_TOKEN (allowed on loopback) it ran, custom_shell and all.
+    Browsers say where a request comes from (Sec-Fetch-Site, Origin); non-browser clients send
+    neither, and the viewer's own page is same-origin."""
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if site is not None:
+        cross = site not in ("same-origin", "none")
+    else:
+        cross = origin is not None and (origin == "null" or urlsplit(origin).netloc != request.host)
+    if cross:
+        raise ApiError(403, "forbidden", "cross-site requests from a browser page may not change anything here")
 
 
 def _no_result(session_id: str) -> ApiError:

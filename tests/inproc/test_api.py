@@ -396,3 +396,27 @@ def test_a_trailing_newline_does_not_pass_a_fields_pattern(client, stores, r, fi
     assert info.value.status == 400, info.value.body
     assert any(f["field"].startswith(field) for f in info.value.body["error"]["fields"]), info.value.body
     assert not stores.tasks.exists("t-newline\n") and queued(r, Stage.INIT) == 0
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "http://evil.example", "Content-Type": "text/plain"},
+                                     {"Origin": "null"},
+                                     {"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"},
+                                     {"Sec-Fetch-Site": "same-site", "Content-Type": "application/x-www-form-urlencoded"}])
+def test_a_browsers_cross_site_submit_is_refused_even_without_a_token(api, stores, r, headers):
+    """Submit parses its body as JSON whatever the Content-Type: another site's page could POST a
+    task as a "simple" request (no CORS preflight) to an API on the user's machine, which needs no
+    token on loopback; its custom_shell then ran. Found by posting a task as text/plain to a
+    running stack's API: 200 and queued. Browsers say where a request comes from; refused now."""
+    raw = orjson.dumps({**TASK, "task_id": "t-cross-site"})
+    resp = api.test_client().post("/rollout/task/submit", data=raw, headers=headers)
+    assert resp.status_code == 403 and resp.get_json()["error"]["type"] == "forbidden", resp.data
+    assert not stores.tasks.exists("t-cross-site") and queued(r, Stage.INIT) == 0
+
+
+def test_same_origin_and_non_browser_submits_still_pass(api):
+    raw = orjson.dumps({**TASK, "task_id": "t-same-origin"})
+    client = api.test_client()
+    assert client.post("/rollout/task/submit", data=raw, content_type="application/json",
+                       headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}).status_code == 200
+    assert client.post("/rollout/task/submit", data=orjson.dumps({**TASK, "task_id": "t-plain"}),
+                       content_type="application/json", headers={"Origin": "http://localhost"}).status_code == 200
