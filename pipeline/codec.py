@@ -227,3 +227,32 @@ def _number_token_at(raw: bytes, digits: bytes, at: int) -> bool:
     while i >= 0 and raw[i] in b" \t\r\n":
         i -= 1
     return i < 0 or raw[i] in b":[,"
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def duplicate_key(raw: bytes) -> str | None:
+    """The first object key that the JSON text ``raw`` (already parsed, and its depth checked)
+    names twice in one object, or None. Parsers keep the last value silently: a payload with
+    two ``task_id``s or two ``instruction``s lost one without a word."""
+    try:
+        json.loads(raw, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        return str(exc.args[0])
+    except ValueError:  # what orjson accepted and json does not: not this check's to judge
+        return None
+    return None
+

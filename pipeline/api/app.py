@@ -30,7 +30,7 @@ from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
 from pipeline.callback_policy import refusal
 from pipeline.celery_app import make_app, stage_queues
-from pipeline.codec import inexact_integer, nesting_depth_exceeds
+from pipeline.codec import duplicate_key, inexact_integer, nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
 from pipeline.errors import TaskExists, TaskNotFound, unreadable_body
@@ -245,6 +245,10 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         raise ApiError(400, "invalid_request", "request body must be a JSON object")
     if nesting_depth_exceeds(data, settings.max_json_depth):
         raise ApiError(400, "invalid_request", f"request body nests deeper than {settings.max_json_depth} levels")
+    dup = duplicate_key(raw)
+    if dup is not None:
+        raise ApiError(400, "invalid_request", f"the key {dup[:80]!r} appears twice in one object: which value "
+                       "was meant is not known")
     big = inexact_integer(raw)
     if big is not None:
         raise ApiError(400, "invalid_request", f"the integer {big[:40]} is beyond the 64-bit range a JSON number "

@@ -420,3 +420,14 @@ def test_same_origin_and_non_browser_submits_still_pass(api):
                        headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}).status_code == 200
     assert client.post("/rollout/task/submit", data=orjson.dumps({**TASK, "task_id": "t-plain"}),
                        content_type="application/json", headers={"Origin": "http://localhost"}).status_code == 200
+
+
+@pytest.mark.parametrize("raw", [b'{"instruction": "a", "instruction": "b", "agent": {"custom_shell": "true"}}',
+                                 b'{"instruction": "a", "agent": {"custom_shell": "true", "custom_shell": "rm -rf x"},'
+                                 b' "task_id": "t-dup"}'])
+def test_a_key_sent_twice_is_a_400_not_the_last_value_kept(api, stores, r, raw):
+    """{"task_id": "dup1", ..., "task_id": "dup2"} was accepted as dup2 (and one instruction of
+    two silently dropped). Found by posting such a body to a running stack's API."""
+    resp = api.test_client().post("/rollout/task/submit", data=raw, content_type="application/json")
+    assert resp.status_code == 400 and "appears twice" in resp.get_json()["error"]["message"], resp.data
+    assert not stores.tasks.exists("t-dup") and queued(r, Stage.INIT) == 0
