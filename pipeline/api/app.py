@@ -178,8 +178,8 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         if isinstance(exc, RequestEntityTooLarge):
-            return api_error(ApiError(413, "request_too_large",
-                                      f"request body exceeds {settings.max_submit_bytes} bytes"))
+            limit = request.max_content_length or settings.max_submit_bytes  # the route's own (a login's is 4 kB)
+            return api_error(ApiError(413, "request_too_large", f"request body exceeds {limit} bytes"))
         unreadable = unreadable_body(exc)
         if unreadable:
             status, message = unreadable

@@ -261,3 +261,15 @@ def test_without_an_engine_the_view_falls_back_to_ids(finished, redis_url, tmp_p
         turn = trace["segments"][0]
         assert None not in trace["tokens"]["text"][:turn["len"]]  # sampled tokens keep the engine's own text
         assert view["detokenize"]["failed"] == ("upstream_url" in overrides)
+
+
+def test_an_oversized_login_names_the_logins_own_limit(redis_url, tmp_path, engine_app):
+    """A 10 kB login body was refused as exceeding 16777216 bytes (the submit limit), though the
+    login's is 4096. Found by posting one to a running stack's /viewer/session."""
+    from pipeline.api.viewer import LOGIN_MAX_BYTES
+
+    api = api_app(redis_url, tmp_path, engine_app)
+    resp = api.test_client().post("/viewer/session", data=b'{"token": "' + b"a" * 10_000 + b'"}',
+                                  content_type="application/json")
+    assert resp.status_code == 413, resp.data
+    assert resp.get_json()["error"]["message"] == f"request body exceeds {LOGIN_MAX_BYTES} bytes"
