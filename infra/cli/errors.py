@@ -83,6 +83,20 @@ class PolarGroup(click.Group):
     which calls the group, not ``main``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # With --json, stdout carries one JSON document, a failure's too (it was empty: a
+        # `polar status X --json | jq` had nothing to read, the API's field errors only on stderr).
+        from infra.cli import output
+
+        wants_json = "--json" in [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        output.reset_emitted()
+        try:
+            return self._invoke(ctx)
+        except click.ClickException as exc:
+            if wants_json:
+                output.emit_json_error(exc)
+            raise
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:

@@ -27,8 +27,33 @@ def json_option(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(f)
 
 
+_emitted = [False]  # whether this command printed its JSON document already
+
+
+def reset_emitted() -> None:
+    _emitted[0] = False
+
+
 def emit_json(data: Any) -> None:
+    _emitted[0] = True
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+def emit_json_error(exc: click.ClickException) -> None:
+    """A failed ``--json`` command's one document: ``{"error": {"message", "exit_code",
+    "status"?, "fields"?}}`` (an API refusal's status and field errors), unless the command
+    printed its own document before failing (``submit --wait`` timing out)."""
+    if _emitted[0]:
+        return
+    error: dict[str, Any] = {"message": exc.format_message(), "exit_code": exc.exit_code}
+    cause = exc.__cause__
+    body = getattr(cause, "body", None)
+    if isinstance(getattr(cause, "status", None), int):
+        error["status"] = cause.status  # type: ignore[union-attr]
+    detail = body.get("error") if isinstance(body, dict) else None
+    if isinstance(detail, dict) and isinstance(detail.get("fields"), list):
+        error["fields"] = detail["fields"]
+    emit_json({"error": error})
 
 
 def note(message: str, as_json: bool = False) -> None:

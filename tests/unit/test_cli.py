@@ -86,7 +86,8 @@ def test_harnesses_install_of_an_unknown_harness_is_a_usage_error(env):
 
 def test_tools_list_json_and_exit_2_without_tools(env, tmp_path):
     out = polar(env, "tools", "list", "--json")
-    assert out.exit_code == 2 and "has no tools yet" in out.stderr and out.stdout == ""
+    assert out.exit_code == 2 and "has no tools yet" in out.stderr
+    assert "has no tools yet" in json.loads(out.stdout)["error"]["message"]  # --json: the failure as JSON
     (tmp_path / "tools").mkdir()
     (tmp_path / "tools" / "manifest.json").write_text(json.dumps({"node": "v20.1.0", "packages": ["a@1"],
                                                                    "bins": ["a", "node"]}))
@@ -123,7 +124,9 @@ def test_runtimes_sweep_without_redis_exit_2(env, tmp_path):
 def test_no_running_stack_is_exit_2_with_one_line(env, args):
     out = polar(env, *args)
     assert out.exit_code == 2 and "cannot reach" in out.stderr and "polar up" in out.stderr
-    assert "Traceback" not in out.output and out.stdout == ""
+    assert "Traceback" not in out.output
+    # stdout: nothing, or with --json the failure as one JSON document
+    assert json.loads(out.stdout)["error"]["exit_code"] == 2 if "--json" in args else out.stdout == ""
 
 
 def test_submit_of_a_file_that_is_no_task_is_exit_2(env, tmp_path):
@@ -172,7 +175,7 @@ def test_generate_of_unreadable_instances_is_exit_2(env, tmp_path):
     (tmp_path / "in.jsonl").write_text("{oops\n")
     out = polar(env, "generate", str(tmp_path / "in.jsonl"), "--harness", "pi", "--model", "m",
                 "--out", str(tmp_path / "out"), "--json")
-    assert out.exit_code == 2 and out.stdout == "", out.output
+    assert out.exit_code == 2 and json.loads(out.stdout)["error"]["exit_code"] == 2, out.output
 
 
 def test_bench_only_an_unknown_name_is_a_usage_error(env):
@@ -328,3 +331,35 @@ def test_task_tables_print_ids_and_agent_errors_as_text_not_rich_markup(capsys):
     out = capsys.readouterr().out
     assert all(part in out for part in ("t[blink]x", "list[int]", "[/red]", "[bold]x", "[/b]x")), out
     assert "run@[/h]" in out and "[/q]" in out
+
+
+@pytest.mark.parametrize("args", [("status", "t-1", "--json"), ("weights", "status", "--json"),
+                                  ("submit", "x.json", "--json", "--timeout", "nan")])
+def test_a_failing_json_command_prints_its_error_as_json_on_stdout(env, tmp_path, args):
+    """With --json a failure left stdout empty (the message on stderr only): `polar status X
+    --json | jq` had nothing to read and an API refusal's field errors were not machine-readable.
+    Found by running `polar status nope --json` against a running stack."""
+    (tmp_path / "x.json").write_text("{}")
+    out = polar(env, *[str(tmp_path / a) if a == "x.json" else a for a in args])
+    assert out.exit_code == 2, out.output
+    error = json.loads(out.stdout)["error"]
+    assert error["exit_code"] == 2 and error["message"] and error["message"] in out.stderr
+
+
+def test_json_error_carries_the_apis_status_and_field_errors(capsys):
+    import click
+
+    from infra.cli.errors import translate
+    from infra.cli.output import emit_json_error
+    from pipeline.client import RolloutError
+
+    refusal = RolloutError(400, {"error": {"type": "invalid_request", "message": "m",
+                                           "fields": [{"field": "num_samples", "message": "too small"}]}})
+    mapped = translate(refusal)
+    assert isinstance(mapped, click.ClickException)
+    try:
+        raise mapped from refusal
+    except click.ClickException as exc:
+        emit_json_error(exc)
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["status"] == 400 and error["fields"] == [{"field": "num_samples", "message": "too small"}]
