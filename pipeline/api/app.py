@@ -74,6 +74,13 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
             raise ApiError(401, "unauthorized", "this API needs 'Authorization: Bearer <api token>' "
                                                 "(POLAR_API_TOKEN; `polar up` writes it to $POLAR_HOME/tokens.json)")
 
+    @app.after_request
+    def no_sniffing(resp: Response) -> Response:
+        # Every answer may quote a submitter's or an agent's text (an error, a task id): never read
+        # as anything but its declared type (the viewer's routes add their CSP on top).
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        return resp
+
     @app.post("/rollout/task/submit")
     def submit() -> Response:
         task = _parse_task(_body(), settings)

@@ -431,3 +431,12 @@ def test_a_key_sent_twice_is_a_400_not_the_last_value_kept(api, stores, r, raw):
     resp = api.test_client().post("/rollout/task/submit", data=raw, content_type="application/json")
     assert resp.status_code == 400 and "appears twice" in resp.get_json()["error"]["message"], resp.data
     assert not stores.tasks.exists("t-dup") and queued(r, Stage.INIT) == 0
+
+
+def test_every_answer_says_nosniff(api):
+    """Only the viewer's routes did: the rollout routes' JSON, which quotes submitted ids and
+    agents' errors, went without it. Found by reading a running stack's response headers."""
+    client = api.test_client()
+    for resp in (client.get("/health"), client.get("/rollout/task/%3Cscript%3E"),
+                 client.post("/rollout/task/submit", data=b"<html>", content_type="application/json")):
+        assert resp.headers.get("X-Content-Type-Options") == "nosniff", resp.status_code
