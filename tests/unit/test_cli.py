@@ -350,8 +350,10 @@ def test_json_error_carries_the_apis_status_and_field_errors(capsys):
     import click
 
     from infra.cli.errors import translate
-    from infra.cli.output import emit_json_error
+    from infra.cli.output import emit_json_error, reset_emitted
     from pipeline.client import RolloutError
+
+    reset_emitted()  # (as every command starts: another test's command may have printed JSON)
 
     refusal = RolloutError(400, {"error": {"type": "invalid_request", "message": "m",
                                            "fields": [{"field": "num_samples", "message": "too small"}]}})
