@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 import orjson
 import redis
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Request, Response
 
@@ -76,6 +76,9 @@ def _small_plain_body(req: Request) -> bool:
 
 def body_bytes(req: Request) -> bytes:
     """The request's body (decompressed when it came compressed), within the size limit."""
+    raw = _plain_body(req)
+    if raw is not None:
+        return raw
     raw = req.get_data(cache=True)
     limit = req.max_content_length
     if limit is not None and len(raw) >= limit and req.content_length is None and _more_input(req):
@@ -84,6 +87,40 @@ def body_bytes(req: Request) -> bytes:
     encoding = req.environ.get("HTTP_CONTENT_ENCODING")
     if encoding:
         raw = decoded(raw, encoding, limit or Settings.model_fields["max_request_bytes"].default)
+    return raw
+
+
+def _plain_body(req: Request) -> bytes | None:
+    """A body of a stated length within the limit, neither chunked nor compressed (every coding
+    agent's call), read from ``wsgi.input`` as werkzeug's ``get_data`` would read it but without
+    its stream wrappers (a tenth of the proxy's own work on a 10-message call went to reading
+    the body that way); None for any other body (``get_data`` reads it). Read once: the bytes
+    are kept in the environ for a second reader."""
+    environ = req.environ
+    kept = environ.get("polar.body")
+    if kept is not None:
+        return kept
+    length = environ.get("CONTENT_LENGTH")
+    limit = req.max_content_length
+    if (not length or not length.isascii() or not length.isdigit() or "HTTP_TRANSFER_ENCODING" in environ
+            or environ.get("HTTP_CONTENT_ENCODING") or (limit is not None and int(length) > limit)):
+        return None
+    want = int(length)
+    stream = environ["wsgi.input"]
+    try:
+        raw = stream.read(want) if want else b""
+        while len(raw) < want:  # (a server's stream may hand a body over in parts)
+            more = stream.read(want - len(raw))
+            if not more:
+                break
+            raw += more
+    except (OSError, ValueError):
+        raise ClientDisconnected() from None
+    if len(raw) < want and "wsgi.input_terminated" not in environ:
+        # werkzeug's reading: short of a stated length is a client that left, unless the server
+        # ends the stream itself (gunicorn: then what came is the body, as werkzeug reads it).
+        raise ClientDisconnected()
+    environ["polar.body"] = raw
     return raw
 
 
