@@ -26,7 +26,7 @@ from pipeline.credentials import session_of_key
 from pipeline.settings import Settings
 from proxy.client_watch import client_socket
 from proxy.control import PARKED
-from proxy.detection import detect
+from proxy.detection import BY_HEADERS, detect, path_route
 from proxy.errors import BadRequest, ProxyError, UpstreamError
 from proxy.gateway import Call, Failed, Gateway
 from proxy.http_io import (
@@ -52,6 +52,7 @@ try:
     _GEVENT = _monkey.is_module_patched("threading")
 except ImportError:  # pragma: no cover - gevent is a dependency; kept for clarity
     _GEVENT = False
+_ROUTES_KEPT = 256
 SSE_HEADERS = [("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
 
 
@@ -62,6 +63,9 @@ class ModelCalls:
         self.keepalive = settings.stream_keepalive_seconds
         self.max_request_bytes = settings.max_request_bytes
         self.watch_clients = settings.abort_on_client_close
+        # The routes of the paths only one API serves (the path decides: no headers read), kept
+        # per path; bounded, as Gemini's paths name any model a client makes up.
+        self._routes: dict[str, Route] = {}
 
     def wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes] | None:
         """Serve a model call whose path names its API; None for any other request."""
@@ -74,7 +78,13 @@ class ModelCalls:
             if not key:
                 return None
             path = "/" + rest
-        route = detect("POST", path, EnvironHeaders(environ))
+        route = self._routes.get(path)
+        if route is None:
+            route = path_route("POST", path)
+            if route is BY_HEADERS:
+                route = detect("POST", path, EnvironHeaders(environ))
+            elif route is not None and len(self._routes) < _ROUTES_KEPT:
+                self._routes[path] = route
         if route is None or route.kind != "generate":
             return None
         req = Request(environ, populate_request=False)  # no environ <-> request cycle left for the GC
@@ -102,7 +112,8 @@ class ModelCalls:
     def _generate(self, req: Request, provider: Provider, route: Route, key: str | None, body: Any,
                   received: float, admitted: list[str]) -> tuple[Answer, bool]:
         gw = self.gw
-        presented = presented_key(key, req.headers, req.args)
+        # (a key in the path decides: the headers and query are not parsed for it)
+        presented = key or presented_key(None, req.headers, req.args)
         checked = None  # the key's session, once checked ahead of the admission
         if body is None and not _small_plain_body(req):
             # Read only once the key is known good: a stranger's large (or compressed) body is
@@ -126,7 +137,8 @@ class ModelCalls:
         # The admission's round trip runs while the body is parsed (and translated, where that
         # reads no per-session state); its verdict is read before anything acts on the request.
         admission = gw.begin_admit(presented)
-        scope = gw.scope(admission.lease.session_id, req.args)
+        # No query string: an empty one, without werkzeug parsing it.
+        scope = gw.scope(admission.lease.session_id, req.args if req.environ.get("QUERY_STRING") else {})
         parsed = None
         try:
             if early is None:

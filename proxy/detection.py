@@ -46,6 +46,20 @@ def error_provider(path: str, headers: Headers, providers: Registry[Provider] = 
     return providers[DEFAULT]
 
 
+# What ``path_route`` answers for a path several APIs serve: their headers (or body) decide.
+BY_HEADERS: Any = Route("by_headers", DEFAULT)
+
+
+def path_route(method: str, path: str, providers: Registry[Provider] = PROVIDERS) -> Route | None:
+    """The route when the path alone decides it (None: no API serves it), else ``BY_HEADERS``:
+    what ``detect`` answers without reading headers or body (the hot path keeps it per path)."""
+    path = "/" + path.strip("/")
+    if method == "GET" and path in HEALTH_PATHS:
+        return Route("health", DEFAULT)
+    routes = [route for _, p in providers.items() if (route := p.match(method, path)) is not None]
+    return (routes[0] if routes else None) if len(routes) <= 1 else BY_HEADERS
+
+
 def detect(method: str, path: str, headers: Headers, body: Any = None,
            providers: Registry[Provider] = PROVIDERS) -> Route | None:
     """The route, or None when no API serves the request (for a bare-URL POST: pass the body)."""
