@@ -3,7 +3,7 @@ stack (API, proxy, the five stage workers, Redis); after each round, the residen
 file descriptors of every process and Redis's memory. A stack that runs for days must level off:
 after the first rounds (imports, pools, caches filling) a process's memory should stay flat.
 
-    .venv/bin/python bench/soak.py [--rounds 6] [--sessions 200] [--json]
+    .venv/bin/python bench/soak.py [--rounds 6] [--sessions 200] [--quick] [--json]
 
 Input: each round ``--sessions`` sessions in tasks of 4; each session's agent (``curl`` in the
 local runtime) makes 2 model calls through the proxy with ``bench/chat_requests.py``'s 10-message,
@@ -84,8 +84,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--sessions", type=int, default=200, help="per round (tasks of 4)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 100 sessions")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.sessions = 3, 100
     home = bench_home()
     body_file = home / "request.json"
     body_file.write_text(json.dumps(chat_requests.coding_turns(), separators=(",", ":")))
@@ -110,9 +113,9 @@ def main() -> None:
                          "drained": drained, "redis_used_kb": int(mem["used_memory"]) // 1024,
                          "rss_kb": {k: v[1] for k, v in tree.items()}, "fds": {k: v[2] for k, v in tree.items()},
                          "processes": {k: v[0] for k, v in tree.items()}})
-            if not args.json:
-                print(f"round {rnd}: {published} sessions, {rows[-1]['seconds']} s, Redis {rows[-1]['redis_used_kb']} kB, "
-                      f"RSS {sum(rows[-1]['rss_kb'].values())} kB, fds {sum(rows[-1]['fds'].values())}", flush=True)
+            print(f"round {rnd}: {published} sessions, {rows[-1]['seconds']} s, Redis {rows[-1]['redis_used_kb']} kB, "
+                  f"RSS {sum(rows[-1]['rss_kb'].values())} kB, fds {sum(rows[-1]['fds'].values())}",
+                  file=sys.stderr if args.json else sys.stdout, flush=True)
         statuses = [s.status.value for t in range(args.sessions // 4) for s in client.status(f"soak-r0-{t}").sessions]
     shutil.rmtree(home, ignore_errors=True)
     report(rows, statuses, args)

@@ -70,6 +70,8 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("updates", "bench/updates_bench.py", "trainer updates, per_request vs prefix_merging (whole stack)",
               default=False),
     Benchmark("redis_memory", "bench/redis_memory.py", "Redis memory per finished session", default=False),
+    Benchmark("soak", "bench/soak.py", "memory and open fds of every process as sessions run (whole stack)",
+              default=False),
     Benchmark("runtime", "bench/runtime_bench.py", "runtime start times; run slots kept busy (podman)",
               default=False, requires=_podman_and_test_image),
     Benchmark("token_in", "bench/token_in_bench.py", "what splicing a call as token ids adds (reference server)",
