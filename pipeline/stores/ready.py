@@ -73,15 +73,8 @@ class ReadyBuffer:
         claim in the same round trip; returns whether it claimed, and the reads' replies."""
         script_keys = [keys.READY_SLOTS, keys.READY_LIST, keys.session(session_id)]
         args = [session_id, *SessionStore.transition_args(target, [SessionStatus.READY], fields)]
-        read: list[Any] = []
-        if reads is None:
-            reply = self._claim_start(keys=script_keys, args=args)
-        else:
-            def build(pipe: Any) -> None:
-                reads(pipe)
-                lua.queue(pipe, lua.READY_CLAIM_START, script_keys, args)
-
-            *read, reply = lua.execute(self._r, build, transaction=False)
+        reply, replies = lua.after_reads(self._r, self._claim_start, lua.READY_CLAIM_START, script_keys, args, reads)
+        read = replies or []
         if not reply[0]:
             return False, read
         ok, previous = reply[1]

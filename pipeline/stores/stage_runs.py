@@ -83,15 +83,7 @@ class StageRuns:
         now = time.time()
         script_keys = [*_LEASE_KEYS, keys.session(session_id)]
         args = [lease.member, lease.token, lease.ttl_ms, started_field(stage), *((stamp, repr(now)) if stamp else ())]
-        read: list[Any] | None = None
-        if reads is None:
-            reply = self._begin(keys=script_keys, args=args)
-        else:
-            def build(pipe: Any) -> None:
-                reads(pipe)
-                lua.queue(pipe, lua.STAGE_BEGIN, script_keys, args)
-
-            *read, reply = lua.execute(self._r, build, transaction=False)
+        reply, read = lua.after_reads(self._r, self._begin, lua.STAGE_BEGIN, script_keys, args, reads)
         if not reply[0]:
             return None
         lease.adopt()

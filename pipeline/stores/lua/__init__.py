@@ -26,7 +26,7 @@ from pipeline.stores.lua.ready import (  # noqa: F401
     READY_PUSH,
     READY_RESERVE,
 )
-from pipeline.stores.lua.script import Lua, bind, execute, queue  # noqa: F401
+from pipeline.stores.lua.script import Lua, after_reads, bind, execute, queue  # noqa: F401
 from pipeline.stores.lua.sessions import (  # noqa: F401
     SESSION_BEGIN_CALL,
     SESSION_PARK,

@@ -1,5 +1,6 @@
 """How a script is registered and sent: ``Lua`` (name, source, SHA), ``bind`` for a store's
-client, ``queue`` + ``execute`` for a bare EVALSHA inside a pipeline."""
+client, ``queue`` + ``execute`` for a bare EVALSHA inside a pipeline, ``after_reads`` for a
+script with plain reads sent ahead of it in its round trip."""
 
 from __future__ import annotations
 
@@ -59,3 +60,19 @@ def execute(r: redis.Redis, build: Callable[[Any], None], *, transaction: bool) 
             continue
         raise errors[0]
     raise AssertionError("unreachable")
+
+
+def after_reads(r: redis.Redis, bound: Script, script: Lua, keys: list[str], args: list[Any],
+                reads: Callable[[Any], None] | None) -> tuple[Any, list[Any] | None]:
+    """Run ``script`` (``bound``: it bound to ``r``), with ``reads`` -- which queues plain reads
+    on a pipeline -- sent ahead of it in the same round trip; returns the script's reply and the
+    reads' replies (None without ``reads``)."""
+    if reads is None:
+        return bound(keys=keys, args=args), None
+
+    def build(pipe: Any) -> None:
+        reads(pipe)
+        queue(pipe, script, keys, args)
+
+    *read, reply = execute(r, build, transaction=False)
+    return reply, read
