@@ -10,6 +10,7 @@ request can be retried), never a 500.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
@@ -65,6 +66,8 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
     @app.before_request
     def authenticate() -> None:
         refuse_cross_site()
+        if token is None:
+            refuse_foreign_host()
         if token is None or request.path in OPEN_PATHS or viewer.is_open(request.method, request.path):
             return
         if viewer.cookie_grants(request, token):  # the viewer's login cookie: its GET data routes only
@@ -195,12 +198,12 @@ def create_app(settings: Settings | None = None, engine_transport: httpx.BaseTra
 
     @app.errorhandler(redis.RedisError)
     def redis_down(exc: redis.RedisError) -> Response:
-        log.warning("%s %s: Redis unavailable: %s", request.method, request.path, exc)
+        log.warning("%s %r: Redis unavailable: %s", request.method, request.path, exc)  # (%r: a path's %0a forges no line)
         return api_error(ApiError(503, "unavailable", "the pipeline's Redis is unavailable; retry shortly"))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
-        log.exception("unexpected error on %s %s", request.method, request.path)
+        log.exception("unexpected error on %s %r", request.method, request.path)
         return api_error(ApiError(500, "internal_error", f"internal error: {type(exc).__name__}"))
 
     return app
@@ -224,6 +227,20 @@ def refuse_cross_site() -> None:
         cross = origin is not None and (origin == "null" or urlsplit(origin).netloc != request.host)
     if cross:
         raise ApiError(403, "forbidden", "cross-site requests from a browser page may not change anything here")
+
+
+def refuse_foreign_host() -> None:
+    """Without POLAR_API_TOKEN (allowed on loopback only) a request must name a loopback host:
+    a browser page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) is same-origin to
+    itself, and would otherwise read results and submit tasks, custom_shell and all."""
+    name = urlsplit(f"//{request.host}").hostname or ""
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ApiError(403, "forbidden", f"this API has no token, so it answers only to a loopback host name, "
+                                         f"not {name[:80]!r}: set POLAR_API_TOKEN to serve other names")
 
 
 def _no_result(session_id: str) -> ApiError:

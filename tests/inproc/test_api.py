@@ -28,7 +28,7 @@ def api(r, redis_url, tmp_path):
 
 @pytest.fixture
 def client(api, redis_url):
-    return RolloutClient("http://api.test", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
+    return RolloutClient("http://localhost", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
 
 
 def queued(r, stage: Stage) -> int:
@@ -149,13 +149,13 @@ def test_a_plugin_outside_the_allow_list_is_refused(client, stores, field, paylo
 
 def test_an_allowed_plugin_module_is_accepted(r, redis_url, tmp_path):
     api = create_app(Settings(home=tmp_path, redis_url=redis_url, plugin_modules="workers.runtimes.memory"))
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=api))
     assert client.submit({**TASK, "runtime": {"backend": "workers.runtimes.memory:MemoryRuntime"}})
 
 
 def test_a_callback_at_the_services_own_endpoints_is_refused_at_submit(r, redis_url, tmp_path):
     settings = Settings(home=tmp_path, redis_url=redis_url, proxy_url="http://127.0.0.1:8091")
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=create_app(settings)))
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=create_app(settings)))
     with pytest.raises(RolloutError) as info:
         client.submit({**TASK, "callback_url": "http://localhost:8091/admin/pause"})
     assert [f["field"] for f in info.value.body["error"]["fields"]] == ["callback_url"]
@@ -163,9 +163,9 @@ def test_a_callback_at_the_services_own_endpoints_is_refused_at_submit(r, redis_
 
 def test_the_api_needs_its_token(r, redis_url, tmp_path):
     api = create_app(Settings(home=tmp_path, redis_url=redis_url, api_token="tok-1"))
-    anonymous = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
-    wrong = RolloutClient("http://api.test", api_token="tok-2", transport=httpx.WSGITransport(app=api))
-    right = RolloutClient("http://api.test", api_token="tok-1", transport=httpx.WSGITransport(app=api))
+    anonymous = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=api))
+    wrong = RolloutClient("http://localhost", api_token="tok-2", transport=httpx.WSGITransport(app=api))
+    right = RolloutClient("http://localhost", api_token="tok-1", transport=httpx.WSGITransport(app=api))
     for client in (anonymous, wrong):
         for call in (lambda c: c.submit(TASK), lambda c: c.status("x"), lambda c: c.pipeline_status(),
                      lambda c: c.cancel("x")):
@@ -189,7 +189,7 @@ def test_invalid_unicode_and_deep_nesting_are_400(api, stores, raw):
 def test_instruction_and_task_size_limits(r, redis_url, tmp_path):
     api = create_app(Settings(home=tmp_path, redis_url=redis_url, max_instruction_bytes=1000,
                               max_task_bytes=8000))
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=api))
     for task, field in (({**TASK, "instruction": "x" * 1001, "num_samples": 1}, "instruction"),
                         ({**TASK, "instruction": "x" * 1000, "num_samples": 6}, "num_samples")):
         with pytest.raises(RolloutError) as info:
@@ -217,7 +217,7 @@ def test_the_operator_can_refuse_runtime_backends_the_default_one_included(r, re
     """Any API token holder could pick `local` (code on the worker host as its user); an operator
     serving others' tasks allows only sandboxes."""
     api = create_app(Settings(home=tmp_path, redis_url=redis_url, allowed_runtime_backends="docker, bwrap"))
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=api))
     for runtime in ({"backend": "local"}, {}):  # named, or the default (local)
         with pytest.raises(RolloutError) as info:
             client.submit({**TASK, "runtime": runtime})
@@ -232,7 +232,7 @@ def test_the_operator_chooses_the_networks_sessions_may_get(r, redis_url, tmp_pa
     key answers unrecorded) by default, or `container:<x>`, another session's. By default the
     latter is refused; an operator lists what sessions may get ("none" always)."""
     image = {"image": "polar-test:latest"}
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(
         app=create_app(Settings(home=tmp_path, redis_url=redis_url))))
     for mode in ("container:polar-sess-x", "Container:polar-sess-x", " container:x", "ns:/proc/6000/ns/net",
                  "NS:/proc/1/ns/net", "bridge "):
@@ -242,7 +242,7 @@ def test_the_operator_chooses_the_networks_sessions_may_get(r, redis_url, tmp_pa
         assert problem["field"] == "runtime.network" and "another session" in problem["message"], mode
     assert client.submit({**TASK, "task_id": "t-host", "runtime": {"backend": "docker", **image}})  # host: unset allows it
 
-    strict = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=create_app(Settings(
+    strict = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=create_app(Settings(
         home=tmp_path, redis_url=redis_url, allowed_runtime_networks="bridge"))))
     for runtime, field in (({"backend": "docker", **image}, "runtime.allow_internet"),  # the default: host
                            ({"backend": "bwrap"}, "runtime.allow_internet"),
@@ -268,7 +268,7 @@ def test_uploads_never_copy_the_services_own_state(r, redis_url, tmp_path, monke
     monkeypatch.chdir(tmp_path)  # the settings' .env is the working directory's
     # the allowed folder holds the home and the .env: they stay out of reach anyway
     api = create_app(Settings(home=home, redis_url=redis_url, upload_roots=str(tmp_path)))
-    client = RolloutClient("http://api.test", transport=httpx.WSGITransport(app=api))
+    client = RolloutClient("http://localhost", transport=httpx.WSGITransport(app=api))
 
     def upload(src: str) -> dict:
         return {**TASK, "runtime": {"prepare": [{"type": "upload_file", "src": src, "dst": "/polar/session/x"}]}}
@@ -440,3 +440,29 @@ def test_every_answer_says_nosniff(api):
     for resp in (client.get("/health"), client.get("/rollout/task/%3Cscript%3E"),
                  client.post("/rollout/task/submit", data=b"<html>", content_type="application/json")):
         assert resp.headers.get("X-Content-Type-Options") == "nosniff", resp.status_code
+
+
+@pytest.mark.parametrize("host, status", [("evil.example:8090", 403), ("127.0.0.1.nip.io", 403), ("10.0.0.5:8090", 403),
+                                          ("localhost:8090", 200), ("127.0.0.1:8090", 200), ("[::1]:8090", 200),
+                                          ("127.0.0.2", 200)])
+def test_without_a_token_only_a_loopback_host_name_is_answered(api, stores, r, host, status):
+    """An API without POLAR_API_TOKEN (loopback only) answered whatever host a request named: a
+    page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) is same-origin to itself, so
+    the cross-site check passes it, and it could read results and submit tasks. Found by a probe."""
+    client = api.test_client()
+    raw = orjson.dumps({**TASK, "task_id": "t-rebound"})
+    resp = client.post("/rollout/task/submit", data=raw, content_type="application/json", headers={"Host": host})
+    assert resp.status_code == status, resp.data
+    assert stores.tasks.exists("t-rebound") is (status == 200)
+    read = client.get("/rollout/status", headers={"Host": host})
+    assert read.status_code == status
+    if status == 403:
+        assert "loopback host name" in read.get_json()["error"]["message"] and queued(r, Stage.INIT) == 0
+
+
+def test_with_a_token_any_host_name_is_answered_once_authenticated(r, redis_url, tmp_path):
+    api = create_app(Settings(home=tmp_path, redis_url=redis_url, api_token="tok-1"))
+    client = api.test_client()
+    assert client.get("/rollout/status", headers={"Host": "rollout.internal:8090"}).status_code == 401
+    assert client.get("/rollout/status", headers={"Host": "rollout.internal:8090",
+                                                  "Authorization": "Bearer tok-1"}).status_code == 200

@@ -23,7 +23,7 @@ from pipeline.trainers.stream_groups import iter_groups
 @pytest.fixture
 def client(r, redis_url, tmp_path):
     api = create_app(Settings(home=tmp_path, redis_url=redis_url))
-    return RolloutClient("http://api.test", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
+    return RolloutClient("http://localhost", redis_url=redis_url, transport=httpx.WSGITransport(app=api))
 
 
 def submit(client, task_id: str, n: int, **extra) -> str:
@@ -91,7 +91,7 @@ def test_a_group_whose_session_was_dead_lettered_comes_without_it(client, r):
 
 
 def test_a_404_that_is_not_the_apis_unknown_task_ends_the_loop_and_drops_nothing(client, r):
-    wrong = RolloutClient("http://api.test/wrong-prefix", redis_url=client.redis_url, transport=client._http._transport)
+    wrong = RolloutClient("http://localhost/wrong-prefix", redis_url=client.redis_url, transport=client._http._transport)
     submit(client, "kept", 1)
     publish(r, "kept", "k0")
     with pytest.raises(Exception) as info:
@@ -181,14 +181,14 @@ class Restarting(httpx.BaseTransport):
 def test_an_api_restart_while_a_groups_size_is_asked_is_waited_out_not_fatal(client, r, monkeypatch, caplog):
     monkeypatch.setattr("pipeline.trainers.stream_groups.API_RETRY_FIRST_SECONDS", 0.01)
     restarting = Restarting(client._http._transport)
-    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    flaky = RolloutClient("http://localhost", redis_url=client.redis_url, transport=restarting)
     submit(client, "through", 2)
     publish(r, "through", "t0", "t1")
     with caplog.at_level(logging.WARNING, logger="polar.trainers"):
         assert [(g.task_id, len(g.results)) for g in groups(flaky)] == [("through", 2)]
     assert not restarting.faults and caplog.text.count("retrying in") == 3 and "HTTP 503" in caplog.text
     assert r.xpending(keys.RESULTS_STREAM, "g")["pending"] == 0
-    rude = RolloutClient("http://api.test", redis_url=client.redis_url, transport=httpx.MockTransport(
+    rude = RolloutClient("http://localhost", redis_url=client.redis_url, transport=httpx.MockTransport(
         lambda request: httpx.Response(401, json={"error": {"message": "bad token"}})))
     submit(client, "refused", 1)
     publish(r, "refused", "f0")
@@ -200,7 +200,7 @@ def test_an_api_restart_while_a_groups_size_is_asked_is_waited_out_not_fatal(cli
 def test_wait_polls_through_an_api_restart_and_still_raises_what_is_no_outage(client, caplog):
     submit(client, "waited", 1)  # (never run here: it stays REGISTERED)
     restarting = Restarting(client._http._transport)
-    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    flaky = RolloutClient("http://localhost", redis_url=client.redis_url, transport=restarting)
     with caplog.at_level(logging.WARNING, logger="polar.client"), pytest.raises(TimeoutError) as info:
         flaky.wait("waited", timeout=0.5, poll_seconds=0.01)
     assert not restarting.faults and caplog.text.count("the API is unavailable") == 3  # refused x2, 503: polled on
@@ -215,7 +215,7 @@ def test_polar_submit_wait_follows_through_an_api_restart(client):
 
     submit(client, "followed", 1)
     restarting = Restarting(client._http._transport)
-    flaky = RolloutClient("http://api.test", redis_url=client.redis_url, transport=restarting)
+    flaky = RolloutClient("http://localhost", redis_url=client.redis_url, transport=restarting)
     with pytest.raises(TimeoutError):  # (it raised the ConnectError of the first poll)
         follow(flaky, "followed", timeout=0.5, poll_seconds=0.01, tables=False)
     assert not restarting.faults
