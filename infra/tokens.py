@@ -94,20 +94,25 @@ def _store(path: Path, stored: dict[str, str]) -> None:
 def with_tokens(settings: Settings) -> Settings:
     """``settings`` with every control secret set: the configured one, else the home's stored
     one, else a new one (stored for the next start)."""
+    missing = [name for name in SECRETS if not settings.secret(name)]
+    values: dict[str, Any] = _stored_or_new(settings, missing)
+    return settings.replace(**values) if values else settings
+
+
+def stored_secret(settings: Settings, name: str) -> str:
+    """The home's stored secret ``name``, else a new one, stored (``polar flower`` on its own)."""
+    return _stored_or_new(settings, [name])[name]
+
+
+def _stored_or_new(settings: Settings, names: list[str]) -> dict[str, str]:
     path = tokens_file(settings)
     stored = _load(path)
-    changed = False
-    values: dict[str, Any] = {}
-    for name in SECRETS:
-        if settings.secret(name):
-            continue
-        if name not in stored:
-            stored[name] = f"polar:{new_token()}" if name == "flower_basic_auth" else new_token()
-            changed = True
-        values[name] = stored[name]
-    if changed:
+    new = {name: f"polar:{new_token()}" if name == "flower_basic_auth" else new_token()
+           for name in names if name not in stored}
+    if new:
+        stored.update(new)
         _store(path, stored)
-    return settings.replace(**values) if values else settings
+    return {name: stored[name] for name in names}
 
 
 def client_tokens(settings: Settings) -> dict[str, str]:

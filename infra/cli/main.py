@@ -127,11 +127,17 @@ def flower(port: int, address: str) -> None:
     settings = client_settings()
     settings.require_redis()
     auth = settings.secret("flower_basic_auth")
-    _refuse_open_bind(address, auth, "POLAR_FLOWER_BASIC_AUTH", "Flower (it can shut workers down)")
-    if auth:  # as an environment variable: a command line is visible to every local user
-        os.environ["FLOWER_BASIC_AUTH"] = auth
-    else:
-        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")  # loopback only, see above
+    if not auth:
+        # Never without a login, loopback or not: Flower's unauthenticated API answers any web
+        # page the user visits (it sends Access-Control-Allow-Origin: *), and it can shut
+        # workers down. The home's stored login, else a new one stored there.
+        from infra.tokens import make_home, stored_secret
+
+        make_home(settings)
+        auth = stored_secret(settings, "flower_basic_auth")
+        click.echo(f"Flower's login (user:password) is flower_basic_auth in {settings.home / 'tokens.json'}", err=True)
+    os.environ["FLOWER_BASIC_AUTH"] = auth  # (an environment variable: a command line is visible to every local user)
+    os.environ.pop("FLOWER_UNAUTHENTICATED_API", None)
     from infra.flower import patch_flower
 
     patch_flower()  # a stage queue without a worker is still listed, /metrics asks for auth (infra/flower.py)

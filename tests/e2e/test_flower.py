@@ -73,3 +73,39 @@ def test_a_stage_queue_without_a_worker_is_still_listed_with_its_backlog(tmp_pat
             for p in procs:
                 p.kill()
                 p.wait()
+
+
+def test_flower_without_a_configured_login_makes_one_and_never_runs_open(tmp_path):
+    """`polar flower` without POLAR_FLOWER_BASIC_AUTH ran Flower's unauthenticated API on
+    loopback, which sends Access-Control-Allow-Origin: * -- any web page the user visited could
+    list the tasks and shut the workers down. Found by a probe. It now stores a login in the
+    home's tokens.json (the one `polar up` made, if any) and asks for it."""
+    import json
+
+    port = free_port()
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    with EmbeddedRedis() as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("POLAR_", "FLOWER_"))}
+        env.update(POLAR_REDIS_URL=server.url, POLAR_HOME=str(home))
+        proc = subprocess.Popen([sys.executable, "-m", "infra.cli.main", "flower", "--port", str(port)], env=env,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+
+            def answers():
+                try:
+                    return httpx.get(f"{base}/api/workers", timeout=5, headers={"Origin": "http://evil.example"})
+                except httpx.HTTPError:
+                    return None
+
+            open_call = wait_for(answers, timeout=60, interval=0.5)
+            assert open_call.status_code == 401 and open_call.headers.get("Access-Control-Allow-Origin") != "*"
+            login = json.loads((home / "tokens.json").read_text())["flower_basic_auth"]
+            assert (home / "tokens.json").stat().st_mode & 0o077 == 0
+            user, password = login.split(":", 1)
+            assert httpx.get(f"{base}/api/workers", timeout=10, auth=(user, password)).status_code == 200
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+        assert login not in err and password not in err and "tokens.json" in err
