@@ -293,6 +293,21 @@ def test_task_ids_that_would_read_as_another_url_are_refused(client, task_id):
     assert info.value.status == 400 and info.value.body["error"]["fields"][0]["field"] == "task_id"
 
 
+@pytest.mark.parametrize("task_id", ["evil\u202etxt.sh", "a\u200bb", "t\u2066x\u2069", "x\ue000", "y\U000e0041"])
+def test_task_ids_that_would_read_as_another_id_are_refused(client, stores, task_id):
+    """A right-to-left override (U+202E) made "evil<RLO>txt.sh" show as "evilhs.txt" in the CLI's
+    tables and the viewer; zero-width and tag characters make two ids look alike. Found by a probe."""
+    with pytest.raises(RolloutError) as info:
+        client.submit({**TASK, "task_id": task_id})
+    assert info.value.status == 400 and info.value.body["error"]["fields"][0]["field"] == "task_id"
+    assert "U+" in info.value.body["error"]["fields"][0]["message"] and not stores.tasks.exists(task_id)
+
+
+@pytest.mark.parametrize("task_id", ["café-ünïcode-任务-1", "emoji-🚀", "a.b_c-d:e"])
+def test_task_ids_in_any_script_still_pass(client, task_id):
+    assert client.submit({**TASK, "task_id": task_id}) == task_id
+
+
 def test_the_client_sends_an_id_as_one_path_segment(client):
     client.submit({**TASK, "task_id": "victim"})
     with pytest.raises(RolloutError) as info:  # not victim's status: an id of its own, unknown
