@@ -32,7 +32,7 @@ def register_admin(app: Flask, control: Control, admin_token: str | None) -> Non
     @app.post("/admin/pause")
     def pause() -> Response:
         check_admin(admin_token, control_surface=True)
-        params = _params()
+        params = _params("timeout_seconds", "lease_seconds", "holder")
         timeout = _seconds(params, "timeout_seconds", 600.0)
         lease = _seconds(params, "lease_seconds", DEFAULT_LEASE_SECONDS)
         if not 0 < lease <= MAX_LEASE_SECONDS:
@@ -43,7 +43,7 @@ def register_admin(app: Flask, control: Control, admin_token: str | None) -> Non
     @app.post("/admin/resume")
     def resume() -> Response:
         check_admin(admin_token, control_surface=True)
-        params = _params()
+        params = _params("holder", "policy_version", "force")
         version = params.get("policy_version")
         if version is not None and not (isinstance(version, (str, int)) and not isinstance(version, bool)
                                         and POLICY_VERSION.fullmatch(str(version))):
@@ -72,15 +72,20 @@ def check_admin(token: str | None, *, control_surface: bool) -> None:
                            "x-polar-admin-token header or as Authorization: Bearer")
 
 
-def _params() -> dict[str, Any]:
+def _params(*known: str) -> dict[str, Any]:
     """The query string's parameters, overridden by a JSON body's. A body that is not a JSON
     object is refused: ``[1]`` or a form body silently resuming with none of its fields is how a
-    version went missing."""
+    version went missing -- and so is a name not ``known`` (``policy_verison``), refused too."""
     raw = body_bytes(request)
     body = json_of(raw) if raw.strip() else {}
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
-    return {**request.args.to_dict(), **body}
+    params = {**request.args.to_dict(), **body}
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise BadRequest(f"unknown parameter {unknown[0][:80]!r}: this route takes {', '.join(known)}",
+                         param=unknown[0][:80])
+    return params
 
 
 def _seconds(params: dict[str, Any], name: str, default: float) -> float:

@@ -219,6 +219,21 @@ def test_pause_needs_a_finite_timeout(proxy_app, value):
     assert admin_client(proxy_app).get("/admin/status").get_json()["paused"] is False
 
 
+@pytest.mark.parametrize("route, params", [("/admin/pause", {"force": "maybe"}),
+                                           ("/admin/pause", {"policy_version": "3"}),
+                                           ("/admin/resume", {"policy_verison": "3"}),
+                                           ("/admin/resume", {"holder": "h", "version": 3})])
+def test_an_admin_parameter_the_route_does_not_take_is_a_400_not_ignored(proxy_app, route, params):
+    """A misspelt ``policy_verison`` resumed with no new version (every later record stamped with
+    the old one) and a pause took its hold whatever else it was sent. Found by a probe."""
+    admin = admin_client(proxy_app)
+    for sent in ({"json": params}, {"query_string": params}):
+        resp = admin.post(route, **sent)
+        assert resp.status_code == 400 and "unknown parameter" in resp.get_json()["error"]["message"], resp.data
+    status = admin.get("/admin/status").get_json()
+    assert status["paused"] is False and not status.get("holders")
+
+
 def test_gemini_stream_without_alt_sse_is_a_json_array(proxy_app, redis_url):
     key = running_session(redis_url)
     resp = proxy_app.test_client().post(f"/s/{key}/v1beta/models/fake:streamGenerateContent",
