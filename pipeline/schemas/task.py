@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 import uuid
 from enum import Enum
 from typing import Annotated, Any, Literal
@@ -31,16 +30,10 @@ from pydantic import (
 from pipeline import plugins
 from pipeline.credentials import new_session_id
 from pipeline.schemas.harness import HarnessOptions
+from pipeline.schemas.ids import check_task_id
 
 SESSION_MOUNT = "/polar/session"  # where the session directory appears inside every runtime
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-# Task ids end up in URLs and Redis keys: printable, no whitespace, and none of '/', '\', '?',
-# '#' or '%' (a task id is a URL path segment: status, cancel, the viewer).
-TASK_ID = re.compile(r"^[^\s/\\?#%\x00-\x1f\x7f]{1,200}$")
-# Format (bidi overrides, zero-width), control, surrogate, private-use and unassigned characters:
-# a task id is shown to people, and these make it read as another.
-_HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Co", "Cn"})
-
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -338,14 +331,7 @@ class TaskRequest(_Spec):
     @field_validator("task_id")
     @classmethod
     def _task_id(cls, v: str) -> str:
-        if not TASK_ID.fullmatch(v):
-            raise ValueError("task_id must be 1-200 printable characters without spaces, '/', '\\', '?', '#' or '%'")
-        if v in (".", ".."):  # a URL path segment of its own: every client resolves it away
-            raise ValueError("task_id may not be '.' or '..'")
-        hidden = next((c for c in v if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
-        if hidden is not None:  # U+202E shows "evil-txt.sh" as "evil-hs.txt" in a table, a log, the viewer
-            raise ValueError(f"task_id may not hold invisible or direction-changing characters (U+{ord(hidden):04X})")
-        return v
+        return check_task_id(v)
 
     @field_validator("evaluator", mode="before")
     @classmethod
