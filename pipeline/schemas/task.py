@@ -74,7 +74,10 @@ RUNTIME_BACKENDS = (*plugins.RUNTIMES, *plugins.PLANNED["runtime backend"])
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # cache_strings="keys": pydantic-core otherwise keeps every short string value of the JSON it
+    # parses in a process-wide table (16,384 entries); a session's id and its task's id, parsed in
+    # every stage, would each take a slot no later parse ever hits (~100 B a session per process).
+    model_config = ConfigDict(extra="forbid", cache_strings="keys")
 
 
 def _known_name(field: str, known: tuple[str, ...], what: str) -> Any:
