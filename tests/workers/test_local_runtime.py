@@ -168,3 +168,29 @@ def test_the_stacks_shutdown_sweep_kills_only_the_sessions_own_groups_and_remove
             p.wait()
         mine.stop()
         other.stop()
+
+
+def test_a_sweep_goes_on_past_what_a_teardown_removes_under_it(tmp_path):
+    """A session's teardown removes its folder and its markers while a sweep may be running: the
+    sweep listed a marker, and its lstat raised FileNotFoundError -- the whole pass failed ("reaper
+    pass failed" with a traceback every few seconds under load), so nothing after it was swept.
+    Found by a soak's worker logs. The race is made here by the status lookup, which runs between
+    the listing and the next entry, removing the next entries as a teardown would."""
+    from workers.runtimes.base import CANCEL_SUFFIX
+    from workers.runtimes.sweeper import sweep_local
+
+    root = tmp_path / "sessions"
+    root.mkdir()
+    for name in ("sess-a", "sess-c"):
+        (root / name).mkdir()
+    (root / f"sess-b{CANCEL_SUFFIX}").touch()  # listed after sess-a, gone before its turn
+    (root / "sess-b").mkdir()
+
+    def status_of(session_id):
+        if session_id == "sess-a":  # meanwhile, sess-b's own teardown ends
+            shutil.rmtree(root / "sess-b", ignore_errors=True)
+            (root / f"sess-b{CANCEL_SUFFIX}").unlink(missing_ok=True)
+        return None  # over: every folder is the sweep's
+
+    assert sweep_local(root, status_of, min_age=0) == ["sess-a", "sess-c"]
+    assert sorted(p.name for p in root.iterdir()) == []

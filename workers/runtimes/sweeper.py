@@ -43,12 +43,17 @@ def sweep_local(runtime_root: Path, status_of: StatusOf, min_age: float | None =
     removed, now = [], time.time()
     min_age = MIN_AGE_SECONDS if min_age is None else min_age
     for root in sorted(runtime_root.iterdir()):
+        # (What was listed may be gone by now: a session's own teardown removes its folder and
+        # markers while the sweep runs. That one is not the sweep's any more; the rest still is.)
         suffix = next((x for x in MARKER_SUFFIXES if root.name.endswith(x)), None)
-        if suffix and not root.is_dir():  # a marker beside a folder its stop left
-            if now - root.lstat().st_mtime >= min_age and _over(status_of, root.name[:-len(suffix)]):
-                root.unlink(missing_ok=True)
-            continue
-        if not root.is_dir() or now - root.stat().st_mtime < min_age or not _over(status_of, root.name):
+        try:
+            if suffix and not root.is_dir():  # a marker beside a folder its stop left
+                if now - root.lstat().st_mtime >= min_age and _over(status_of, root.name[:-len(suffix)]):
+                    root.unlink(missing_ok=True)
+                continue
+            if not root.is_dir() or now - root.stat().st_mtime < min_age or not _over(status_of, root.name):
+                continue
+        except FileNotFoundError:
             continue
         killed = kill_session_processes(root.resolve())
         shutil.rmtree(root, ignore_errors=True)
