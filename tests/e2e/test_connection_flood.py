@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from infra.serve import PROFILES
+from infra.shedding import RESERVE_SHARE
 from infra.stack import Stack, StackConfig
 from pipeline.settings import Settings
 
@@ -51,9 +52,14 @@ def test_connections_that_send_nothing_give_way_to_requests(flood_stack, service
         time.sleep(0.5)
         by_fd = {s.fileno(): s for s in flood}
         closed = [by_fd[fd] for fd, _ in poller.poll(5000) if _at_eof(by_fd[fd])]
-        assert len(closed) >= 20
-        oldest_half = set(map(id, flood[: len(flood) // 2]))
-        assert all(id(s) in oldest_half for s in closed), "a newer connection was closed before an older one"
+        assert len(flood) // 4 <= len(flood) - len(closed) and len(closed) >= 20
+        # Oldest first: the closed ones are the flood's first, give or take the connections the
+        # server took in at once (its accept order within one burst is the scheduler's).
+        # (How many go varies: on a slow VM, about 1 run in 3 sheds half the flood, not ~220.)
+        order = {id(s): i for i, s in enumerate(flood)}
+        newest_closed = max(order[id(s)] for s in closed)
+        assert newest_closed < len(closed) + capacity // RESERVE_SHARE, \
+            f"a newer connection ({newest_closed}) was closed before an older one ({len(closed)} closed)"
     finally:
         for sock in flood:
             sock.close()
