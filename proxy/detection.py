@@ -63,12 +63,11 @@ def path_route(method: str, path: str, providers: Registry[Provider] = PROVIDERS
 def detect(method: str, path: str, headers: Headers, body: Any = None,
            providers: Registry[Provider] = PROVIDERS) -> Route | None:
     """The route, or None when no API serves the request (for a bare-URL POST: pass the body)."""
+    decided = path_route(method, path, providers)
+    if decided is not BY_HEADERS:
+        return decided
     path = "/" + path.strip("/")
-    if method == "GET" and path in HEALTH_PATHS:
-        return Route("health", DEFAULT)
     routes = {name: route for name, p in providers.items() if (route := p.match(method, path)) is not None}
-    if len(routes) <= 1:
-        return next(iter(routes.values()), None)
     for name, p in providers.items():
         if name in routes and p.claims_headers(headers):
             return routes[name]
