@@ -28,7 +28,7 @@ from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.trainers import groups
 from workers.stages.callback_post import CALLBACK_TIMEOUT_SECONDS, post_pinned
-from workers.stages.common import BEGIN_READS, Deps, Skip, log
+from workers.stages.common import BEGIN_READS, Deps, Skip, first_reads, log
 
 
 def _queue_reads(d: Deps, pipe: Any, sid: str) -> None:
@@ -43,12 +43,7 @@ BEGIN_READS[Stage.CALLBACK] = _queue_reads  # read with the stage's begin, in it
 def body(d: Deps, state: SessionState, lease: StageLease) -> Stage | None:
     sid = state.session_id
     stores = d.stores
-    read = state.read
-    if read is None:  # (begun without its reads: one round trip of its own)
-        pipe = stores.r.pipeline(transaction=False)
-        _queue_reads(d, pipe, sid)
-        read = pipe.execute()
-    raw, completions, errors = read
+    raw, completions, errors = first_reads(d, Stage.CALLBACK, sid, state.read)
     result = stores.outputs.parse_result(raw)
     if result is None:
         raise Skip("no result stored yet")

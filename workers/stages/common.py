@@ -146,6 +146,16 @@ def run_stage(stage: Stage, session_id: str, body: Body, recover: Recover | None
         raise
 
 
+def first_reads(d: Deps, stage: Stage, session_id: str, read: list[Any] | None) -> list[Any]:
+    """The replies to ``stage``'s ``BEGIN_READS``: ``read`` when the begin brought them, else read
+    now in a round trip of their own."""
+    if read is not None:
+        return read
+    pipe = d.stores.r.pipeline(transaction=False)
+    BEGIN_READS[stage](d, pipe, session_id)
+    return list(pipe.execute())
+
+
 def _begin_reads(d: Deps, stage: Stage, session_id: str) -> Callable[[Any], None] | None:
     reads = BEGIN_READS.get(stage)
     if reads is None:

@@ -19,7 +19,7 @@ from pipeline.stores.stage_runs import Handoff
 from workers import evaluators, harnesses, runtimes
 from workers.evaluators import EvalContext
 from workers.stages import artifacts
-from workers.stages.common import BEGIN_READS, Deps, Skip, log
+from workers.stages.common import BEGIN_READS, Deps, Skip, first_reads, log
 from workers.stages.eval_runtime import eval_runtime_problem, teardown
 
 
@@ -86,8 +86,8 @@ def body(d: Deps, state: SessionState, lease: StageLease) -> Handoff:
         raise Skip(f"status is {state.status.value}")
     started = state.timing.evaluate_started_at or time.time()  # stamped as the stage began
     # (read with the stage's begin: POSTRUN stored it before sending this stage)
-    trajectory = (d.stores.outputs.trajectory(sid) if state.read is None
-                  else d.stores.outputs.parse_trajectory(state.read[0])) or Trajectory(error="trajectory missing")
+    trajectory = (d.stores.outputs.parse_trajectory(first_reads(d, Stage.EVALUATE, sid, state.read)[0])
+                  or Trajectory(error="trajectory missing"))
     # The outcome so far (the first recorded wins); a cancel that came since is the outcome now.
     # (``state`` was read as this stage began: the evaluation runtime's hand-over is in it.)
     outcome, new_error = state.outcome, None

@@ -17,7 +17,7 @@ from pipeline.stores.leases import StageLease
 from pipeline.stores.records import SessionRecords
 from pipeline.stores.sessions import SessionState
 from pipeline.stores.stage_runs import Handoff
-from workers.stages.common import BEGIN_READS, Deps, Skip, log
+from workers.stages.common import BEGIN_READS, Deps, Skip, first_reads, log
 
 INFLIGHT_POLL_SECONDS = 0.05
 
@@ -123,11 +123,7 @@ def _records(d: Deps, sid: str, read: list[Any] | None = None) -> tuple[SessionR
     stage's begin), else one per poll."""
     deadline = time.monotonic() + d.settings.inflight_drain_seconds
     while True:
-        if read is None:
-            pipe = d.stores.r.pipeline(transaction=False)
-            _queue_reads(d, pipe, sid)
-            read = pipe.execute()
-        inflight, completions, errors = read
+        inflight, completions, errors = first_reads(d, Stage.POSTRUN, sid, read)
         if inflight <= 0 or time.monotonic() >= deadline:
             return d.stores.records.parse_all(completions, errors), max(0, int(inflight))
         read = None
