@@ -20,10 +20,10 @@ import socket
 from typing import Iterable
 from urllib.parse import urlsplit
 
+from pipeline.loopback import LOOPBACK_NAMES
 from pipeline.settings import Settings
 
 LOOPBACK = "loopback"
-LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback", "localhost.localdomain"}
 
 
 def canonical_host(host: str) -> str:

@@ -145,14 +145,18 @@ _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x61 for b in range(256))
 _LONG_RUN = b"0" * 19  # 2**63 has 19 digits: shorter integer literals always fit
 
 
-class _OutOfRange(ValueError):
-    pass
+class InexactInteger(ValueError):
+    """An integer literal beyond the 64-bit range (the literal): a parser would round it."""
+
+
+class DuplicateKey(ValueError):
+    """An object names this key twice: parsers keep the last value without a word."""
 
 
 def _checked_int(literal: str) -> int:
     value = int(literal)
     if not -(2**63) <= value < 2**64:
-        raise _OutOfRange(literal)
+        raise InexactInteger(literal)
     return value
 
 
@@ -207,8 +211,8 @@ def inexact_integer(raw: bytes) -> str | None:
         return None
     try:
         json.loads(raw, parse_int=_checked_int)
-    except _OutOfRange as exc:
-        return str(exc)
+    except InexactInteger as exc:
+        return str(exc.args[0])
     except (ValueError, RecursionError):  # not this check's business: the caller's parser accepted the text
         return None
     return None
@@ -229,30 +233,25 @@ def _number_token_at(raw: bytes, digits: bytes, at: int) -> bool:
     return i < 0 or raw[i] in b":[,"
 
 
-class _DuplicateKey(Exception):
-    pass
-
-
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise DuplicateKey(key)
             seen.add(key)
     return out
 
 
-def duplicate_key(raw: bytes) -> str | None:
-    """The first object key that the JSON text ``raw`` (already parsed, and its depth checked)
-    names twice in one object, or None. Parsers keep the last value silently: a payload with
-    two ``task_id``s or two ``instruction``s lost one without a word."""
+def check_unambiguous(raw: bytes) -> None:
+    """Raise ``DuplicateKey`` or ``InexactInteger`` for the first place where the JSON text
+    ``raw`` (already parsed, and its depth checked) does not say one thing: a payload with two
+    ``task_id``s lost one, and a seed of 2**70 came back rounded. One exact parse finds both."""
     try:
-        json.loads(raw, object_pairs_hook=_unique_pairs)
-    except _DuplicateKey as exc:
-        return str(exc.args[0])
-    except ValueError:  # what orjson accepted and json does not: not this check's to judge
-        return None
-    return None
+        json.loads(raw, object_pairs_hook=_unique_pairs, parse_int=_checked_int)
+    except (DuplicateKey, InexactInteger):
+        raise
+    except (ValueError, RecursionError):  # what orjson accepted and json does not: not this check's to judge
+        return
 

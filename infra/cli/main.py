@@ -27,6 +27,7 @@ from infra.cli.errors import EPILOG, BadOutcome, PolarGroup, Unusable  # noqa: E
 from infra.cli.output import emit_json, json_option  # noqa: E402
 from infra.cli.params import ID, SECONDS  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402
+from pipeline.loopback import is_loopback_name  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
 from pipeline.status import Stage  # noqa: E402
 
@@ -82,14 +83,14 @@ def worker(stage: str, concurrency: int | None, pool: str | None, hostname: str,
                    "network reach the proxy through it.")
 def proxy(host: str, port: int | None, workers: int | None, socket_path: Path | None) -> None:
     """Run the model-API proxy (gunicorn + gevent)."""
-    from gevent import monkey
-
-    monkey.patch_all()  # before redis/ssl are imported anywhere in this process
-    from infra.serve import metrics_folder, run, slow_client_limits
-
     settings = Settings.from_env()
     settings.require_redis()
     _refuse_open_bind(host, settings.secret("admin_token"), "POLAR_ADMIN_TOKEN", "the proxy's /admin endpoints")
+    from gevent import monkey
+
+    monkey.patch_all()  # before redis/ssl are imported anywhere in this process (nothing above imports them)
+    from infra.serve import metrics_folder, run, slow_client_limits
+
     binds = [f"{host}:{port or _port(settings.proxy_url)}"]
     socket_path = socket_path or settings.proxy_socket
     if socket_path:
@@ -159,13 +160,12 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 FLOWER_MAX_TASKS = 10_000  # the tasks Flower keeps in memory (2,000 sessions' worth; ~47 MB)
 
 
 def _refuse_open_bind(host: str, secret: str | None, variable: str, what: str) -> None:
     """Beyond loopback, a control surface without its secret is open to the network: refuse."""
-    if secret is None and host not in LOOPBACK and not host.startswith("127."):
+    if secret is None and not is_loopback_name(host):  # (not resolved: 127.example.com may be anywhere)
         raise Unusable(f"refusing to expose {what} on {host} without {variable}: set it, "
                                    "or bind to 127.0.0.1")
 

@@ -10,6 +10,7 @@ import click
 
 from infra.cli.errors import Unusable
 from infra.tokens import make_home
+from pipeline.loopback import is_loopback_name
 from pipeline.settings import Settings
 
 
@@ -52,12 +53,11 @@ def serve(model_dir: Path | None, host: str, port: int | None, served_name: str,
           policies: tuple[str, ...], max_model_len: int, dialect: str, chat_template: Path | None,
           unauthenticated: bool) -> None:
     """Serve a model with vLLM's OpenAI-compatible token-id API."""
-    from infra.cli.main import LOOPBACK
     from infra.http_errors import configure_threads
     from infra.refserver import build_tiny_model
     from infra.serve import run
 
-    if not unauthenticated and host not in LOOPBACK and not host.startswith("127."):
+    if not unauthenticated and not is_loopback_name(host):
         raise Unusable(f"refusing to serve the model on {host} without auth: bind to 127.0.0.1, or pass "
                        "--unauthenticated on a private network")
 

@@ -10,7 +10,6 @@ request can be retried), never a 500.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import re
@@ -31,10 +30,11 @@ from pipeline.api.openapi import openapi_document
 from pipeline.api.sources import SessionSources
 from pipeline.callback_policy import refusal
 from pipeline.celery_app import make_app, stage_queues
-from pipeline.codec import duplicate_key, inexact_integer, nesting_depth_exceeds
+from pipeline.codec import DuplicateKey, InexactInteger, check_unambiguous, nesting_depth_exceeds
 from pipeline.credentials import same_secret
 from pipeline.dispatch import Dispatcher
 from pipeline.errors import TaskExists, TaskNotFound, unreadable_body
+from pipeline.loopback import is_loopback_name
 from pipeline.registry import allow_plugin_modules, plugin_allowed
 from pipeline.schemas import RuntimeSpec, TaskRequest
 from pipeline.settings import Settings
@@ -234,11 +234,7 @@ def refuse_foreign_host() -> None:
     a browser page whose own name was re-pointed at 127.0.0.1 (DNS rebinding) is same-origin to
     itself, and would otherwise read results and submit tasks, custom_shell and all."""
     name = urlsplit(f"//{request.host}").hostname or ""
-    try:
-        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_name(name):
         raise ApiError(403, "forbidden", f"this API has no token, so it answers only to a loopback host name, "
                                          f"not {name[:80]!r}: set POLAR_API_TOKEN to serve other names")
 
@@ -269,14 +265,14 @@ def _parse_task(raw: bytes, settings: Settings) -> TaskRequest:
         raise ApiError(400, "invalid_request", "request body must be a JSON object")
     if nesting_depth_exceeds(data, settings.max_json_depth):
         raise ApiError(400, "invalid_request", f"request body nests deeper than {settings.max_json_depth} levels")
-    dup = duplicate_key(raw)
-    if dup is not None:
-        raise ApiError(400, "invalid_request", f"the key {dup[:80]!r} appears twice in one object: which value "
-                       "was meant is not known")
-    big = inexact_integer(raw)
-    if big is not None:
-        raise ApiError(400, "invalid_request", f"the integer {big[:40]} is beyond the 64-bit range a JSON number "
-                       "keeps here (it would be rounded): send it as a string")
+    try:
+        check_unambiguous(raw)
+    except DuplicateKey as dup:
+        raise ApiError(400, "invalid_request", f"the key {str(dup.args[0])[:80]!r} appears twice in one object: "
+                       "which value was meant is not known") from None
+    except InexactInteger as big:
+        raise ApiError(400, "invalid_request", f"the integer {str(big.args[0])[:40]} is beyond the 64-bit range a "
+                       "JSON number keeps here (it would be rounded): send it as a string") from None
     try:
         task = TaskRequest.model_validate(data)
         if task.runtime.backend is None:  # the operator's default, checked like a named one

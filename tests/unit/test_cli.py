@@ -188,6 +188,15 @@ def test_refusing_an_open_bind_is_exit_2(env):
     assert out.exit_code == 2 and "POLAR_API_TOKEN" in out.stderr
 
 
+@pytest.mark.parametrize("host", ["127.evil.example", "0.0.0.0"])
+def test_a_name_that_only_looks_like_loopback_is_an_open_bind(env, host):
+    # (a name is not resolved to judge it: 127.evil.example may point anywhere)
+    out = polar({**env, "POLAR_REDIS_URL": "redis://127.0.0.1:1"}, "proxy", "--host", host)
+    assert out.exit_code == 2 and "POLAR_ADMIN_TOKEN" in out.stderr
+    out = polar(env, "model", "serve", "--host", host, "--model-dir", "/nonexistent")
+    assert out.exit_code == 2 and "--unauthenticated" in out.stderr
+
+
 def test_the_model_server_has_no_auth_so_an_open_bind_must_be_asked_for(env):
     out = polar(env, "model", "serve", "--host", "0.0.0.0", "--model-dir", "/nonexistent")
     assert out.exit_code == 2 and "--unauthenticated" in out.stderr
