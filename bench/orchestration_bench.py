@@ -60,9 +60,10 @@ def bench_home(base: Path | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix="home-", dir=base))
 
 
-def task(i: int, samples: int, tag: str) -> dict[str, Any]:
-    return {"task_id": f"orch-{tag}-{i}", "instruction": "noop", "num_samples": samples, "timeout_seconds": 600,
-            "runtime": {"backend": "local"}, "agent": {"custom_shell": {"command": "true"}},
+def task(i: int, samples: int, tag: str, command: str = "true", prefix: str = "orch") -> dict[str, Any]:
+    """A task of ``samples`` sessions whose agent runs ``command`` in the local runtime."""
+    return {"task_id": f"{prefix}-{tag}-{i}", "instruction": prefix, "num_samples": samples, "timeout_seconds": 600,
+            "runtime": {"backend": "local"}, "agent": {"custom_shell": {"command": command}, "model_name": "agent"},
             "builder": {"strategy": "per_request"}, "evaluator": {"strategy": "session_completed"}}
 
 

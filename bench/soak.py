@@ -30,7 +30,7 @@ import redis  # noqa: E402
 
 from bench import chat_requests  # noqa: E402
 from bench.figures import emit, figure  # noqa: E402
-from bench.orchestration_bench import bench_home, submit_all, wait_published  # noqa: E402
+from bench.orchestration_bench import bench_home, submit_all, task, wait_published  # noqa: E402
 from infra.stack import Stack, StackConfig  # noqa: E402
 from pipeline.client import RolloutClient  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
@@ -38,13 +38,11 @@ from pipeline.settings import Settings  # noqa: E402
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def task(i: int, tag: str, body_file: Path) -> dict:
+def two_calls(body_file: Path) -> str:
+    """The agent's command: the request in ``body_file`` sent twice through the proxy."""
     call = (f'curl -sf "$OPENAI_BASE_URL/chat/completions" -H "Authorization: Bearer $OPENAI_API_KEY" '
             f'-H "content-type: application/json" --data-binary @{body_file} > /dev/null')
-    return {"task_id": f"soak-{tag}-{i}", "instruction": "soak", "num_samples": 4, "timeout_seconds": 600,
-            "runtime": {"backend": "local"}, "agent": {"custom_shell": {"command": f"{call} && {call}"},
-                                                        "model_name": "agent"},
-            "builder": {"strategy": "per_request"}, "evaluator": {"strategy": "session_completed"}}
+    return f"{call} && {call}"
 
 
 def process_tree(groups: dict[str, int]) -> dict[str, tuple[int, int, int]]:
@@ -100,7 +98,7 @@ def main() -> None:
         groups = {name: child.proc.pid for name, child in stack.children.items() if name not in ("model", "upstream")}
         published = 0
         for rnd in range(args.rounds):
-            tasks = [task(i, f"r{rnd}", body_file) for i in range(args.sessions // 4)]
+            tasks = [task(i, 4, f"r{rnd}", two_calls(body_file), "soak") for i in range(args.sessions // 4)]
             t0 = time.monotonic()
             submit_all(client, tasks)
             published += 4 * len(tasks)
