@@ -19,7 +19,6 @@ import json
 import sys
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +28,7 @@ from infra.cli.errors import translate  # noqa: E402
 from infra.cli.state import client_settings  # noqa: E402  (a running `polar up`'s URLs and tokens)
 from pipeline.client import RolloutClient, load_task_file  # noqa: E402
 from pipeline.trainers import groups  # noqa: E402
+from pipeline.trainers.stream_groups import iter_groups  # noqa: E402
 from pipeline.weight_sync import ProxyAdmin, SwapRefused  # noqa: E402
 
 
@@ -44,23 +44,22 @@ def submit_step(client: RolloutClient, step: int, version: int, tasks: int, grou
 
 
 def collect_groups(client: RolloutClient, expected: dict[str, int], timeout: float) -> tuple[list[groups.Group], int]:
-    """Read the stream until every submitted task's group is complete (acking as we go: the
-    results are in this process's buffer from then on). Results of other tasks (an earlier
-    step's late sessions, another run's) are acked unused and counted."""
-    pending: dict[str, list] = defaultdict(list)
+    """The step's groups, each once all its sessions are in (``iter_groups``: a session
+    dead-lettered or a server-side early stop closes a group too). A group's stream entries are
+    acked once the next group is read (the step's last one, here, before the break); the
+    sessions of a group not yet whole stay unacked, so a trainer that dies mid-step gets them
+    again on its restart. Groups of other tasks (an earlier step's late sessions, another run's)
+    are skipped, and their sessions counted."""
     done: list[groups.Group] = []
     others = 0
     deadline = time.monotonic() + timeout
-    for item in client.results(group="example-trainer", consumer="rank0", block_ms=1000, stop_after=timeout):
-        result = item.result
-        if result.task_id in expected:
-            pending[result.task_id].append(result)
-            if len(pending[result.task_id]) == expected[result.task_id]:
-                done.append(groups.Group(result.task_id, pending.pop(result.task_id), expected[result.task_id]))
+    for group in iter_groups(client, group="example-trainer", consumer="rank0", block_ms=1000, stop_after=timeout):
+        if group.task_id in expected:
+            done.append(group)
         else:
-            others += 1
-        item.ack()
+            others += len(group.results)
         if len(done) == len(expected) or time.monotonic() > deadline:
+            group.ack()  # (a generator cannot tell a break from a failed step: say this one is taken)
             break
     return done, others
 
