@@ -52,13 +52,15 @@ def test_connections_that_send_nothing_give_way_to_requests(flood_stack, service
         time.sleep(0.5)
         by_fd = {s.fileno(): s for s in flood}
         closed = [by_fd[fd] for fd, _ in poller.poll(5000) if _at_eof(by_fd[fd])]
-        assert len(flood) // 4 <= len(flood) - len(closed) and len(closed) >= 20
+        # Only as many as make room: the flood's excess and the reserve, give or take the 20
+        # requests (a burst of accepted connections each closed one more: up to 850 of 2,100).
+        excess, reserve = len(flood) - capacity, capacity // RESERVE_SHARE
+        assert excess <= len(closed) <= excess + reserve + 20, f"{len(closed)} of {len(flood)} closed"
         # Oldest first: the closed ones are the flood's first, give or take the connections the
         # server took in at once (its accept order within one burst is the scheduler's).
-        # (How many go varies: on a slow VM, about 1 run in 3 sheds half the flood, not ~220.)
         order = {id(s): i for i, s in enumerate(flood)}
         newest_closed = max(order[id(s)] for s in closed)
-        assert newest_closed < len(closed) + capacity // RESERVE_SHARE, \
+        assert newest_closed < len(closed) + reserve, \
             f"a newer connection ({newest_closed}) was closed before an older one ({len(closed)} closed)"
     finally:
         for sock in flood:
