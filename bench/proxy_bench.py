@@ -11,7 +11,9 @@ and prompt ids for the whole prompt (``model: agent``). ``--two-messages`` adds 
 unrealistic 2-message request, labelled as such. Numbers are only comparable within one run; the
 ratios are what the benchmark reports. ``--json`` prints the figures ``polar bench`` judges as one
 JSON line (the tables go to stderr); ``--quick`` measures shorter (1 s per point, one round) and
-the 32k-token request at concurrency 1 only.
+the 32k-token request at concurrency 1 only. Redis's own cost per proxied call (its CPU, and its
+round trips: reads it processed, from INFO) is measured on the proxy's rounds alone, the only
+target that uses it: one Redis is the fleet's ceiling (docs/sizing.md).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -102,30 +105,44 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def measure(url: str, body: bytes, concurrency: int, seconds: float, pid: int | None) -> dict:
+_INFO: dict[str, redis.Redis] = {}
+
+
+def redis_work(server: EmbeddedRedis) -> tuple[float, int]:
+    """The Redis server's CPU seconds so far and the reads (round trips) it has processed, this
+    INFO's own included (one connection, kept: a new one would add its set-up's)."""
+    client = _INFO.setdefault(server.url, redis.Redis.from_url(server.url))
+    return tree_cpu(server.pid or 0), int(client.info("stats").get("total_reads_processed", 0))
+
+
+def measure(url: str, body: bytes, concurrency: int, seconds: float, pid: int | None,
+            server: EmbeddedRedis | None = None) -> dict:
     cpu0 = tree_cpu(pid) if pid else 0.0
+    redis0 = redis_work(server) if server else (0.0, 0)
     res = loadgen.run(url, body, concurrency, seconds=seconds)
     cpu = (tree_cpu(pid) - cpu0) if pid else 0.0
+    redis1 = redis_work(server) if server else (0.0, 0)
     return {"rps": res.rps, "p50_ms": res.pct(0.5) * 1000, "p99_ms": res.pct(0.99) * 1000,
-            "cpu_s": cpu, "errors": res.errors, "n": len(res.latencies)}
+            "cpu_s": cpu, "errors": res.errors, "n": len(res.latencies),
+            "redis_cpu_s": redis1[0] - redis0[0], "redis_reads": redis1[1] - redis0[1] - (1 if server else 0)}
 
 
-def point(targets: list[tuple[str, bytes, int | None]], concurrency: int, seconds: float,
+def point(targets: list[tuple[str, bytes, int | None, EmbeddedRedis | None]], concurrency: int, seconds: float,
           rounds: int) -> list[dict]:
-    """Each target (url, body, pid) measured in ``rounds`` interleaved rounds of seconds/rounds, each
+    """Each target (url, body, pid, the Redis it alone uses or None) measured in ``rounds`` interleaved rounds of seconds/rounds, each
     round in a rotated order: on a shared machine the load changes by the second, and comparing
     within a round cancels most of it.
     Per target: the rounds' medians of rps, p50 and p99 (for ratios and differences taken per round
     see ``rounds``), and CPU per request over all rounds."""
-    for url, body, _ in targets:
+    for url, body, _, _ in targets:
         loadgen.run(url, body, concurrency, seconds=min(1.0, seconds))  # warm up
     per: list[list[dict]] = [[] for _ in targets]
     for k in range(rounds):
         # Each round starts with the next target: whichever runs first after a switch pays for the
         # switch (caches, the scheduler), a bias of ~80 us per call that a fixed order hands to one.
         for i in [*range(k % len(targets), len(targets)), *range(k % len(targets))]:
-            url, body, pid = targets[i]
-            per[i].append(measure(url, body, concurrency, seconds / rounds, pid))
+            url, body, pid, server = targets[i]
+            per[i].append(measure(url, body, concurrency, seconds / rounds, pid, server))
     out = []
     for runs in per:
         n = max(1, sum(r["n"] for r in runs))
@@ -133,6 +150,8 @@ def point(targets: list[tuple[str, bytes, int | None]], concurrency: int, second
                     "p50_ms": statistics.median(r["p50_ms"] for r in runs),
                     "p99_ms": statistics.median(r["p99_ms"] for r in runs),
                     "cpu_ms": sum(r["cpu_s"] for r in runs) * 1000 / n,
+                    "redis_us": sum(r["redis_cpu_s"] for r in runs) * 1e6 / n,
+                    "redis_round_trips": sum(r["redis_reads"] for r in runs) / n,
                     "errors": sum(r["errors"] for r in runs), "rounds": runs})
     return out
 
@@ -187,12 +206,13 @@ def main() -> None:
                     body = _dumps(build(stream=stream))
                     for c in concurrencies:
                         direct, prox, floor, old_floor = point([
-                            (f"{upstream}/v1/chat/completions", plain, None),
-                            (f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, proxy.pid),
+                            (f"{upstream}/v1/chat/completions", plain, None, None),
+                            (f"http://127.0.0.1:{ports['proxy']}/s/{sid}/v1/chat/completions", body, proxy.pid,
+                             redis_server),
                             (f"http://127.0.0.1:{ports['passthrough']}/s/{sid}/v1/chat/completions", plain,
-                             passthrough.pid),
+                             passthrough.pid, None),
                             (f"http://127.0.0.1:{ports['passthrough_flask']}/s/{sid}/v1/chat/completions", plain,
-                             flask_floor.pid)], c, args.seconds, args.rounds)
+                             flask_floor.pid, None)], c, args.seconds, args.rounds)
                         rows.append((label, stream, c, direct, prox, floor, old_floor))
             report(rows, args)
             if not args.quick:
@@ -239,6 +259,9 @@ def emit_figures(rows: list, args: argparse.Namespace) -> None:
                           ten, (">=", 0.9)))
         out.append(figure(f"CPU per call, concurrency 64, {kind[stream]}",
                           round(by[("10 messages", stream, 64)][1]["cpu_ms"], 3), "ms", ten))
+        for c in (1, 64):
+            out.append(figure(f"Redis CPU per call, concurrency {c}, {kind[stream]}",
+                              round(by[("10 messages", stream, c)][1]["redis_us"]), "us", ten))
     emit("proxy", out, workers=args.workers, seconds=args.seconds, rounds=args.rounds)
 
 
@@ -274,8 +297,8 @@ def metrics_cost(on: str, on_pid: int, off: str, off_pid: int, sid: str, args: a
     body = _dumps(chat_requests.coding_turns())
     print("\nmetrics on vs off (10 messages, not streamed), CPU ms per call of each proxy (all its processes):")
     for c in (1, 64):
-        with_, without = point([(f"{on}/s/{sid}/v1/chat/completions", body, on_pid),
-                                (f"{off}/s/{sid}/v1/chat/completions", body, off_pid)], c, 2 * args.seconds,
+        with_, without = point([(f"{on}/s/{sid}/v1/chat/completions", body, on_pid, None),
+                                (f"{off}/s/{sid}/v1/chat/completions", body, off_pid, None)], c, 2 * args.seconds,
                                2 * args.rounds)
         print(f"  concurrency {c:>3}: on {with_['cpu_ms']:.3f} ms ({with_['rps']:.0f} rps), off "
               f"{without['cpu_ms']:.3f} ms ({without['rps']:.0f} rps): metrics cost "
@@ -303,6 +326,10 @@ def report(rows: list, args: argparse.Namespace) -> None:
         if (label, stream, 64) in by and (label, stream, 256) in by:
             r64, r256 = by[(label, stream, 64)]["rps"], by[(label, stream, 256)]["rps"]
             print(f"{label}, stream={stream}: throughput at 256 / at 64 = {r256 / r64:.2f}")
+    print("Redis per proxied call (its CPU; the reads it made: one per round trip, which the proxy batches across "
+          "concurrent calls, unless a command is large): "
+          + "; ".join(f"{label}{' streamed' if stream else ''} c={c} {p['redis_us']:.0f} us, "
+                      f"{p['redis_round_trips']:.2f}" for (label, stream, c), p in by.items()))
 
 
 if __name__ == "__main__":
