@@ -43,6 +43,23 @@ _FORWARD = (
 )
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
+# The engines' own extras that change what is sampled (guided decoding) or what is answered
+# (token ids, prompt logprobs, the prompt echoed): none is passed on, and the answer is rebuilt
+# without such fields, so asked for they are refused -- a caller would otherwise get
+# unconstrained text, or no ids, without a word (null or false asks for nothing; a
+# ``prompt_logprobs`` of 0 does ask).
+_GUIDED = "is guided decoding, not supported here: constrain the output with response_format " \
+          "(json_object or json_schema)"
+_TOKEN_LEVEL = "is not supported here: the answer carries no token ids or prompt logprobs (the proxy " \
+               "records every call's token ids and logprobs itself)"
+_UNSERVED = {
+    **dict.fromkeys(("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+                     "regex", "ebnf"), _GUIDED),
+    **dict.fromkeys(("return_token_ids", "return_tokens_as_token_ids", "prompt_logprobs",
+                     "return_prompt_token_ids", "return_meta_info"), _TOKEN_LEVEL),
+    "echo": "is not supported here: the answer holds only the sampled turn, never the prompt",
+}
+
 
 def normalize(body: Any) -> dict[str, Any]:
     """Validate a Chat Completions request and return the engine (non-streaming) request."""
@@ -75,6 +92,9 @@ def normalize(body: Any) -> dict[str, Any]:
     if body.get("web_search_options") is not None:
         raise UnsupportedFeature("web search is not supported: the engine searches nothing (give the agent a "
                                  "search tool instead)", param="web_search_options")
+    for key, why in _UNSERVED.items():
+        if (value := body.get(key)) is not None and value is not False:
+            raise UnsupportedFeature(f"'{key}' {why}", param=key)
     modalities = body.get("modalities")
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
         raise UnsupportedFeature("audio output is not supported: this model answers in text",

@@ -1,0 +1,48 @@
+"""Calls the official SDKs make that the existing tests do not: the engines' own request extras
+sent through ``extra_body``. Those that change what is sampled (guided decoding) or what is
+answered (token ids, prompt logprobs, an echoed prompt) are neither passed on nor answered, so
+they are refused in OpenAI's shape, naming the field, and nothing is sampled; null or false
+still asks for nothing."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.proxy.test_sdks import records
+from tests.support import running_session
+
+ASK = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def openai_client(stack, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("extra", [
+    {"return_token_ids": True},  # what RL clients of vLLM ask for: the ids would silently be missing
+    {"return_tokens_as_token_ids": True},
+    {"prompt_logprobs": 0},
+    {"echo": True},
+    {"guided_json": {"type": "object"}},  # the answer would be unconstrained text
+    {"guided_choice": ["yes", "no"]},
+    {"structured_outputs": {"json": {"type": "object"}}},
+], ids=lambda extra: next(iter(extra)))
+def test_an_engine_extra_the_answer_would_lack_is_refused(ref_stack, extra, stream):
+    key = running_session(ref_stack.settings.redis_url)
+    with pytest.raises(openai.BadRequestError) as info:
+        openai_client(ref_stack, key).chat.completions.create(**ASK, stream=stream, extra_body=extra)
+    field = next(iter(extra))
+    assert info.value.body["param"] == field and f"'{field}'" in info.value.message
+    assert info.value.body["code"] == "unsupported_feature"
+    assert records(ref_stack, key) == []  # nothing sampled, nothing recorded
+
+
+def test_an_engine_extra_asking_for_nothing_is_served(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    extra = {"return_token_ids": False, "echo": False, "guided_json": None, "prompt_logprobs": None}
+    answer = openai_client(ref_stack, key).chat.completions.create(**ASK, extra_body=extra)
+    assert answer.choices[0].finish_reason == "length"
+    rec = records(ref_stack, key)[-1]
+    assert len(rec["response_ids"]) == answer.usage.completion_tokens == 4
