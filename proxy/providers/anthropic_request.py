@@ -69,7 +69,10 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
         chat["tools"] = tools
         chat.update(tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools}))
     elif body.get("tool_choice") is not None and not body.get("tools"):  # (server tools only: theirs to choose)
-        tool_choice(body["tool_choice"], set())  # a named tool among none: the client's 400
+        # A named tool among none, or "any" with no tool at all: the client's 400 (a forced call
+        # that cannot be made would otherwise be answered in text as if never asked for).
+        if tool_choice(body["tool_choice"], set()).get("tool_choice") == "required":
+            raise BadRequest("tool_choice: 'any' forces a tool call, but no tools were provided", param="tool_choice")
     chat.update(_output_format(body))
     thinking = body.get("thinking")
     if thinking is not None:

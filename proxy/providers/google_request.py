@@ -126,6 +126,11 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if tools:
         chat["tools"] = tools
         chat.update(_tool_config(body.get("toolConfig"), chat))
+    elif _tool_config(body.get("toolConfig"), {"tools": []}).get("tool_choice") == "required":
+        # ANY / VALIDATED force a function call: with no function declared, Google's 400 (it
+        # would otherwise be answered in text as if never asked for).
+        raise BadRequest("Function calling config is set without function_declarations.",
+                         param="toolConfig.functionCallingConfig.mode")
     logprobs = opt_bool(cfg, "responseLogprobs", param="generationConfig.responseLogprobs") is True
     top = top_logprobs(cfg, "logprobs", param="generationConfig.logprobs")
     return chat, {"include_thoughts": bool(thinking.get("includeThoughts")), "logprobs": logprobs, "top": top}

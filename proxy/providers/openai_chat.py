@@ -10,6 +10,7 @@ forever without one) and ``[DONE]``.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -104,7 +105,13 @@ def normalize(body: Any) -> dict[str, Any]:
         if key in body and body[key] is not None:
             out[key] = body[key]
     if tools == []:
-        # Legal for OpenAI, rejected by vLLM; so is tool_choice without tools.
+        # Legal for OpenAI, rejected by vLLM; so is tool_choice without tools. A choice that
+        # forces a call ("required", a named function) cannot be met with none: refused as the
+        # engine refuses it without `tools`, not answered in text as if never asked.
+        if out.get("tool_choice") not in (None, "auto", "none"):
+            raise BadRequest("When using `tool_choice`, `tools` must be set: tool_choice "
+                             f"{json.dumps(out['tool_choice'])} forces a tool call, and 'tools' is empty",
+                             param="tool_choice")
         out.pop("tools", None)
         out.pop("tool_choice", None)
     max_tokens = opt_int(body, "max_tokens", minimum=1)

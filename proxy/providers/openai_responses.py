@@ -110,7 +110,10 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
         if body.get("parallel_tool_calls") is False:
             chat["parallel_tool_calls"] = False
     elif body.get("tool_choice") is not None and not body.get("tools"):  # (hosted tools only: theirs to choose)
-        _tool_choice(body["tool_choice"], set())  # a named tool among none is the client's 400, as OpenAI answers it
+        # A named tool among none is the client's 400, as OpenAI answers it; so is "required"
+        # with no tool at all (the forced call would otherwise be answered in text).
+        if _tool_choice(body["tool_choice"], set()).get("tool_choice") == "required":
+            raise BadRequest("Tool choice 'required' must be specified with 'tools' parameter.", param="tool_choice")
     reasoning = body.get("reasoning") or {}
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]

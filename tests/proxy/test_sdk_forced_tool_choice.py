@@ -1,0 +1,73 @@
+"""A tool choice that forces a call ("required", "any", Gemini's ANY, a named tool) when the
+request has no tool to call: through each vendor's SDK it is that vendor's 400, naming the tool
+choice, and nothing is sampled -- never a text answer as if the call had not been forced. A
+choice that forces nothing is still served without tools."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+from google import genai
+from google.genai import types as gt
+
+from tests.proxy.test_sdks import records
+from tests.support import running_session
+
+QUESTION = "What is the weather in Paris?"
+
+
+def openai_client(stack, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+
+
+def chat(stack, key: str, choice) -> None:
+    openai_client(stack, key).chat.completions.create(
+        model="sdk-tools", max_tokens=8, messages=[{"role": "user", "content": QUESTION}], tools=[], tool_choice=choice)
+
+
+def messages(stack, key: str, choice) -> None:
+    anthropic.Anthropic(base_url=f"{stack.settings.proxy_url}/s/{key}", api_key=key, max_retries=0).messages.create(
+        model="sdk-tools", max_tokens=8, messages=[{"role": "user", "content": QUESTION}], tool_choice=choice)
+
+
+def responses(stack, key: str, choice) -> None:
+    openai_client(stack, key).responses.create(model="sdk-tools", max_output_tokens=16, input=QUESTION,
+                                               tool_choice=choice)
+
+
+def gemini(stack, key: str, mode) -> None:
+    sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    sdk.models.generate_content(model="sdk-tools", contents=QUESTION, config=gt.GenerateContentConfig(
+        max_output_tokens=8, tool_config=gt.ToolConfig(function_calling_config=gt.FunctionCallingConfig(mode=mode))))
+
+
+ERRORS = (openai.BadRequestError, anthropic.BadRequestError, genai.errors.ClientError)
+
+
+@pytest.mark.parametrize("call, choice", [
+    (chat, "required"),
+    (chat, {"type": "function", "function": {"name": "get_weather"}}),
+    (messages, {"type": "any"}),
+    (responses, "required"),
+    (gemini, "ANY"),
+], ids=["chat-required", "chat-named", "anthropic-any", "responses-required", "gemini-any"])
+def test_a_forced_tool_call_with_no_tools_is_refused(ref_stack, call, choice):
+    key = running_session(ref_stack.settings.redis_url)
+    with pytest.raises(ERRORS) as info:
+        call(ref_stack, key, choice)
+    err = info.value
+    assert getattr(err, "status_code", getattr(err, "code", None)) == 400
+    assert "tool" in str(err).lower() or "function" in str(err).lower()
+    assert records(ref_stack, key) == []  # nothing sampled, nothing recorded
+
+
+@pytest.mark.parametrize("call, choice", [(chat, "auto"), (chat, "none"), (messages, {"type": "auto"}),
+                                          (responses, "none"), (gemini, "NONE")],
+                         ids=["chat-auto", "chat-none", "anthropic-auto", "responses-none", "gemini-none"])
+def test_a_tool_choice_forcing_nothing_is_served_without_tools(ref_stack, call, choice):
+    key = running_session(ref_stack.settings.redis_url)
+    call(ref_stack, key, choice)
+    rec = records(ref_stack, key)[-1]
+    assert rec["response_ids"] and "tools" not in rec["normalized_request"]
