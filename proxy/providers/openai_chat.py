@@ -104,6 +104,8 @@ def normalize(body: Any) -> dict[str, Any]:
     for key in _FORWARD:
         if key in body and body[key] is not None:
             out[key] = body[key]
+    if isinstance(choice := out.get("tool_choice"), dict) and choice.get("type") == "allowed_tools":
+        out["tools"], out["tool_choice"] = _allowed_tools(choice, out.get("tools") or [])
     if tools == []:
         # Legal for OpenAI, rejected by vLLM; so is tool_choice without tools. A choice that
         # forces a call ("required", a named function) cannot be met with none: refused as the
@@ -124,6 +126,26 @@ def normalize(body: Any) -> dict[str, Any]:
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
     return out
+
+
+def _allowed_tools(choice: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """OpenAI's ``allowed_tools`` choice, which the engines do not know (vLLM refuses it): the
+    engine gets only the allowed tools, chosen from as ``mode`` says -- as the Responses
+    translation does -- rather than the caller a 400 for a valid request."""
+    spec = choice.get("allowed_tools")
+    if not isinstance(spec, dict) or not isinstance(spec.get("tools"), list):
+        raise BadRequest("tool_choice.allowed_tools.tools must be an array of tools",
+                         param="tool_choice.allowed_tools.tools")
+    mode = spec.get("mode")
+    if mode not in ("auto", "required"):
+        raise BadRequest("tool_choice.allowed_tools.mode must be 'auto' or 'required'",
+                         param="tool_choice.allowed_tools.mode")
+    names = {t["function"].get("name") for t in spec["tools"] if isinstance(t, dict) and isinstance(t.get("function"), dict)}
+    kept = [t for t in tools if isinstance(t.get("function"), dict) and t["function"].get("name") in names]
+    if not kept:
+        raise BadRequest("tool_choice.allowed_tools.tools names none of the request's tools",
+                         param="tool_choice.allowed_tools.tools")
+    return kept, mode
 
 
 def _check_message(m: dict[str, Any], i: int, called: set[str]) -> None:

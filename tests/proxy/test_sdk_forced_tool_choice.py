@@ -71,3 +71,27 @@ def test_a_tool_choice_forcing_nothing_is_served_without_tools(ref_stack, call, 
     call(ref_stack, key, choice)
     rec = records(ref_stack, key)[-1]
     assert rec["response_ids"] and "tools" not in rec["normalized_request"]
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_a_chat_allowed_tools_choice_is_served_with_the_allowed_tools(ref_stack, mode):
+    # OpenAI's allowed_tools choice (the SDK's ChatCompletionAllowedToolChoiceParam): the engine
+    # knows none/auto/required/named only, so it gets the allowed tools and the mode.
+    key = running_session(ref_stack.settings.redis_url)
+    choice = {"type": "allowed_tools", "allowed_tools": {
+        "mode": mode, "tools": [{"type": "function", "function": {"name": "get_weather"}}]}}
+    answer = openai_client(ref_stack, key).chat.completions.create(
+        model="sdk-tools", messages=[{"role": "user", "content": "What is the weather in Paris and Rome?"}],
+        tools=[WEATHER, CLOCK], tool_choice=choice)
+    assert [c.function.name for c in answer.choices[0].message.tool_calls] == ["get_weather"] * 2
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    assert [t["function"]["name"] for t in req["tools"]] == ["get_weather"] and req["tool_choice"] == mode
+    with pytest.raises(openai.BadRequestError) as info:  # allowing none of the request's tools
+        openai_client(ref_stack, key).chat.completions.create(
+            model="sdk-tools", messages=[{"role": "user", "content": "hi"}], tools=[CLOCK], tool_choice=choice)
+    assert info.value.body["param"] == "tool_choice.allowed_tools.tools"
