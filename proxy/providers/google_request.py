@@ -127,7 +127,7 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
         chat["tools"] = tools
         chat.update(_tool_config(body.get("toolConfig"), chat))
     elif _tool_config(body.get("toolConfig"), {"tools": []}).get("tool_choice") == "required":
-        # ANY / VALIDATED force a function call: with no function declared, Google's 400 (it
+        # ANY forces a function call: with no function declared, Google's 400 (it
         # would otherwise be answered in text as if never asked for).
         raise BadRequest("Function calling config is set without function_declarations.",
                          param="toolConfig.functionCallingConfig.mode")
@@ -269,6 +269,8 @@ def _tool_config(config: Any, chat: dict[str, Any]) -> dict[str, Any]:
         if not chat["tools"]:
             raise BadRequest(f"allowedFunctionNames {allowed!r} names no declared function",
                              param="toolConfig.functionCallingConfig.allowedFunctionNames")
-        if len(chat["tools"]) == 1:
+        if len(chat["tools"]) == 1 and mode == "ANY":
             return {"tool_choice": {"type": "function", "function": {"name": chat["tools"][0]["function"]["name"]}}}
-    return {"tool_choice": "required" if mode in ("ANY", "VALIDATED") else "auto"}
+    # Only ANY forces a call. VALIDATED lets the model answer in text or call one of the
+    # (allowed) functions: the engine's "auto" over those, never "required".
+    return {"tool_choice": "required" if mode == "ANY" else "auto"}

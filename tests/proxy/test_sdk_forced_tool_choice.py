@@ -95,3 +95,26 @@ def test_a_chat_allowed_tools_choice_is_served_with_the_allowed_tools(ref_stack,
         openai_client(ref_stack, key).chat.completions.create(
             model="sdk-tools", messages=[{"role": "user", "content": "hi"}], tools=[CLOCK], tool_choice=choice)
     assert info.value.body["param"] == "tool_choice.allowed_tools.tools"
+
+
+@pytest.mark.parametrize("allowed, sent", [
+    (None, ["get_weather", "get_time"]),
+    (["get_weather"], ["get_weather"]),  # one allowed function: still not forced (ANY would name it)
+])
+def test_gemini_validated_mode_lets_the_model_answer_in_text(ref_stack, allowed, sent):
+    # VALIDATED: "either function calls or natural language response" (google-genai's
+    # FunctionCallingConfigMode); only ANY forces a call.
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{ref_stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    declarations = [gt.FunctionDeclaration(name=t["function"]["name"], parameters_json_schema=t["function"]["parameters"])
+                    for t in (WEATHER, CLOCK)]
+    answer = sdk.models.generate_content(model="sdk-tools", contents="What is the weather in Paris and Rome?",
+                                         config=gt.GenerateContentConfig(
+        tools=[gt.Tool(function_declarations=declarations)],
+        automatic_function_calling=gt.AutomaticFunctionCallingConfig(disable=True),
+        tool_config=gt.ToolConfig(function_calling_config=gt.FunctionCallingConfig(
+            mode="VALIDATED", allowed_function_names=allowed))))
+    assert [c.name for c in answer.function_calls] == ["get_weather"] * 2
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    assert req["tool_choice"] == "auto" and [t["function"]["name"] for t in req["tools"]] == sent
