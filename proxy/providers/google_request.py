@@ -114,6 +114,11 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     if cfg.get("responseMimeType") not in (None, "text/plain", "application/json"):
         raise UnsupportedFeature(f"responseMimeType {cfg['responseMimeType']!r} is not supported: text/plain or "
                                  "application/json", param="generationConfig.responseMimeType")
+    if schema is not None and cfg.get("responseMimeType") != "application/json":
+        # Google's 400 (a schema needs a compatible responseMimeType): answered, the schema
+        # would be ignored without a word and the caller get unconstrained text.
+        raise BadRequest("generationConfig.responseMimeType must be application/json when a response schema "
+                         "(responseSchema or responseJsonSchema) is set", param="generationConfig.responseMimeType")
     if cfg.get("responseMimeType") == "application/json":
         chat["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
                                    if isinstance(schema, dict) else {"type": "json_object"})

@@ -1,13 +1,15 @@
-"""Calls the official SDKs make that the existing tests do not: the engines' own request extras
-sent through ``extra_body``. Those that change what is sampled (guided decoding) or what is
-answered (token ids, prompt logprobs, an echoed prompt) are neither passed on nor answered, so
-they are refused in OpenAI's shape, naming the field, and nothing is sampled; null or false
-still asks for nothing."""
+"""Asks the proxy cannot honour, through the official SDKs: refused in the API's own shape, naming
+the field, with nothing sampled -- never answered as if not asked. The engines' own Chat extras
+sent through ``extra_body`` that change what is sampled (guided decoding) or what is answered
+(token ids, prompt logprobs, an echoed prompt), which are neither passed on nor answered (null or
+false still asks for nothing); and a Gemini response schema without the JSON MIME type it needs."""
 
 from __future__ import annotations
 
 import openai
 import pytest
+from google import genai
+from google.genai import types as gt
 
 from tests.proxy.test_sdks import records
 from tests.support import running_session
@@ -46,3 +48,22 @@ def test_an_engine_extra_asking_for_nothing_is_served(ref_stack):
     assert answer.choices[0].finish_reason == "length"
     rec = records(ref_stack, key)[-1]
     assert len(rec["response_ids"]) == answer.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize("config", [
+    {"response_json_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    {"response_schema": {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}}, "response_mime_type": "text/plain"},
+], ids=["json-schema-no-mime", "schema-text-plain"])
+def test_a_gemini_response_schema_without_the_json_mime_type_is_refused(ref_stack, config):
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{ref_stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", contents="A city?",
+                                    config=gt.GenerateContentConfig(max_output_tokens=4, **config))
+    assert info.value.code == 400 and "responseMimeType" in str(info.value)
+    assert records(ref_stack, key) == []
+    sdk.models.generate_content(model="tiny", contents="A city?", config=gt.GenerateContentConfig(  # with it: taken
+        max_output_tokens=4, response_mime_type="application/json", **{k: v for k, v in config.items()
+                                                                        if k != "response_mime_type"}))
+    assert records(ref_stack, key)[-1]["normalized_request"]["response_format"]["type"] == "json_schema"
