@@ -59,6 +59,9 @@ _UNSERVED = {
     **dict.fromkeys(("return_token_ids", "return_tokens_as_token_ids", "prompt_logprobs",
                      "return_prompt_token_ids", "return_meta_info"), _TOKEN_LEVEL),
     "echo": "is not supported here: the answer holds only the sampled turn, never the prompt",
+    # Not a sample of the policy: the trajectory would train on what beam search or a best-of-n
+    # pick chose as if the model had sampled it.
+    "use_beam_search": "is not supported here: a trajectory must hold what the policy sampled",
 }
 
 
@@ -96,6 +99,9 @@ def normalize(body: Any) -> dict[str, Any]:
     for key, why in _UNSERVED.items():
         if (value := body.get(key)) is not None and value is not False:
             raise UnsupportedFeature(f"'{key}' {why}", param=key)
+    if body.get("best_of") not in (None, 1):
+        raise UnsupportedFeature("'best_of' is not supported here: a trajectory must hold what the policy sampled, "
+                                 "not the best of several samples", param="best_of")
     modalities = body.get("modalities")
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
         raise UnsupportedFeature("audio output is not supported: this model answers in text",

@@ -30,6 +30,8 @@ def openai_client(stack, key: str) -> openai.OpenAI:
     {"guided_json": {"type": "object"}},  # the answer would be unconstrained text
     {"guided_choice": ["yes", "no"]},
     {"structured_outputs": {"json": {"type": "object"}}},
+    {"use_beam_search": True},  # not what the policy sampled
+    {"best_of": 2},
 ], ids=lambda extra: next(iter(extra)))
 def test_an_engine_extra_the_answer_would_lack_is_refused(ref_stack, extra, stream):
     key = running_session(ref_stack.settings.redis_url)
@@ -43,7 +45,8 @@ def test_an_engine_extra_the_answer_would_lack_is_refused(ref_stack, extra, stre
 
 def test_an_engine_extra_asking_for_nothing_is_served(ref_stack):
     key = running_session(ref_stack.settings.redis_url)
-    extra = {"return_token_ids": False, "echo": False, "guided_json": None, "prompt_logprobs": None}
+    extra = {"return_token_ids": False, "echo": False, "guided_json": None, "prompt_logprobs": None,
+             "use_beam_search": False, "best_of": 1}
     answer = openai_client(ref_stack, key).chat.completions.create(**ASK, extra_body=extra)
     assert answer.choices[0].finish_reason == "length"
     rec = records(ref_stack, key)[-1]
