@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections import Counter
 
 import pytest
 import redis
 
 from infra.embedded_redis import EmbeddedRedis
+from tests.support import REPORTS, report_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -60,29 +63,44 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleOrGroup(config, log)
 
 
+def pytest_configure(config):
+    """Each run's report files in a folder of its own (the xdist workers, started after this, inherit
+    the variables): two runs on one machine -- CI and a developer's -- do not share rows."""
+    if hasattr(config, "workerinput"):
+        return
+    folder = tempfile.mkdtemp(prefix="polar-test-reports-")
+    config._polar_reports = folder
+    for name in REPORTS:
+        os.environ.setdefault(f"POLAR_TEST_{name.upper()}_REPORT", os.path.join(folder, f"{name}.jsonl"))
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_polar_reports", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The tables the chaos suite (tests/chaos), the harness presets and swebench_harness (tests/e2e) write,
     when they ran."""
-    _table(terminalreporter, config, "POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.jsonl", "chaos report", [
+    _table(terminalreporter, config, "chaos", "chaos report", [
         "fault", "mid_stage", "submitted", "completed", "errored", "duplicates", "leaked_runtimes",
         "component_back_s", "task_done_after_fault_s", "callback_delivered_after_fault_s"], "tests/chaos")
-    _table(terminalreporter, config, "POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl", "harness presets", [
+    _table(terminalreporter, config, "harness", "harness presets", [
         "harness", "version", "provider_api", "streamed", "runtime", "completions", "chains", "drifted_turns",
         "verified", "agent_s"], "tests/e2e")
-    _table(terminalreporter, config, "POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-report.jsonl", "token-in harnesses", [
+    _table(terminalreporter, config, "token_in", "token-in harnesses", [
         "harness", "token_in", "completions", "chains", "drifted_turns", "spliced_calls", "strict_updates",
         "strict_tokens", "verify_fail_on_drift"], "tests/e2e")
-    _table(terminalreporter, config, "POLAR_SWEBENCH_REPORT", "/tmp/polar-swebench-report.jsonl", "swebench_harness", [
+    _table(terminalreporter, config, "swebench", "swebench_harness", [
         "scenario", "instance", "refresh_runtime", "reward", "resolved", "grading_s", "extract_s", "apply_s", "tests_s"],
         "tests/e2e")
 
 
-def _table(terminalreporter, config, env: str, default: str, title: str, cols: list[str], tier: str) -> None:
+def _table(terminalreporter, config, name: str, title: str, cols: list[str], tier: str) -> None:
     import json
-    import os
-    from pathlib import Path
 
-    report = Path(os.environ.get(env, default))
+    report = report_file(name)
     if not report.exists() or not any(str(a).startswith(tier) or a == "tests" for a in config.args):
         return
     rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]

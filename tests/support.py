@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import redis
 
@@ -96,3 +98,13 @@ def metric_samples(text: str) -> dict[tuple[str, tuple], float]:
 
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+REPORTS = ("chaos", "harness", "token_in", "swebench")  # the suites that print a table at the end of a run
+
+
+def report_file(name: str) -> Path:
+    """Where a suite writes its table's rows (tests/conftest.py prints them): POLAR_TEST_<NAME>_REPORT,
+    set per test run to a folder of its own, so two runs on one machine do not mix or delete each
+    other's rows (a POLAR_ name outside POLAR_TEST_ would also be refused by the stacks' settings)."""
+    return Path(os.environ[f"POLAR_TEST_{name.upper()}_REPORT"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 import uuid
 from collections import Counter
@@ -25,16 +24,14 @@ from pipeline import keys
 from pipeline.client import RolloutClient, load_task_file
 from pipeline.settings import Settings
 from pipeline.status import SessionStatus, Stage
-from tests.support import wait_for
+from tests.support import report_file, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES, FIXTURES = ROOT / "examples", ROOT / "tests" / "fixtures"
-REPORT = Path(os.environ.get("POLAR_CHAOS_REPORT", "/tmp/polar-chaos-report.jsonl"))
 
 
 @pytest.fixture(scope="session")
 def chaos_stack(tmp_path_factory, model_dir, engine):
-    REPORT.unlink(missing_ok=True)
     settings = Settings(home=tmp_path_factory.mktemp("chaos-home"), stage_lease_seconds=4, reaper_interval_seconds=1,
                         call_lease_seconds=3, callback_attempts=6, ready_capacity=4, docker_host=engine)
     config = StackConfig(settings=settings, model_dir=model_dir, persist_redis=True, flower_port=free_port(),
@@ -122,7 +119,7 @@ def finish_and_report(stack: Stack, client: RolloutClient, fault: str, task_id: 
         wait_for(lambda: (c := client.status(task_id, results=False).callback) and c["state"] == "delivered",
                  timeout=180, interval=0.2)
         row["callback_delivered_after_fault_s"] = round(time.monotonic() - faulted_at, 1)
-    with REPORT.open("a") as f:
+    with report_file("chaos").open("a") as f:
         f.write(json.dumps(row) + "\n")
     assert row["on_stream"] == row["submitted"] == len(status.results), row  # every session, once
     assert row["duplicates"] == 0 and row["leaked_runtimes"] == 0, row

@@ -25,12 +25,12 @@ from pipeline.status import SessionStatus
 from pipeline.stores import Stores
 from tests.conftest import TEST_IMAGE
 from tests.e2e.conftest import TOOLS
+from tests.support import report_file
 
 # The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
 pytestmark = pytest.mark.xdist_group("presets-stack")
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORT = Path(os.environ.get("POLAR_HARNESS_REPORT", "/tmp/polar-harness-report.jsonl"))
 INSTRUCTION = "Read input.txt, then write hello.txt containing its text followed by ' world', then show hello.txt."
 
 # preset -> (provider API its CLI speaks, runtime, chains prefix_merging should give and why)
@@ -93,7 +93,7 @@ def test_the_trajectories_verify_against_the_model(results, presets_stack):
     """`polar verify` re-scores every trainable token; the report table (harness x version x API x
     completions x chains x drifted turns x verified) is printed at the end of the run."""
     env = {**os.environ, **presets_stack.settings.to_env()}
-    REPORT.unlink(missing_ok=True)
+    report_file("harness").unlink(missing_ok=True)
     versions = installed_versions(TOOLS)
     stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
     for preset, status in results.items():
@@ -104,7 +104,7 @@ def test_the_trajectories_verify_against_the_model(results, presets_stack):
         [result] = status.results
         stats = result.trajectory.metadata.get("reconstruction", {})
         records, _ = stores.records.completions(result.session_id)
-        with REPORT.open("a") as f:
+        with report_file("harness").open("a") as f:
             f.write(json.dumps({
                 "harness": preset, "version": versions[preset], "provider_api": EXPECTED[preset][0],
                 "streamed": all(r.stream for r in records), "runtime": EXPECTED[preset][1], "completions": stats.get("completions_total"),

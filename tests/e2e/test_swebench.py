@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -18,11 +17,11 @@ import pytest
 
 from pipeline.status import SessionStatus
 from tests.e2e.conftest import FIXTURES, ROOT, wait_for
+from tests.support import report_file
 
 INSTANCES = {row["instance_id"]: row for row in map(
     json.loads, (FIXTURES / "swe_instances" / "instances.jsonl").read_text().splitlines())}
 CALC, TEXT, KEYS = "polar-fixtures__calckit-1", "polar-fixtures__textkit-1", "polar-fixtures__keyvals-1"
-REPORT = Path(os.environ.get("POLAR_SWEBENCH_REPORT", "/tmp/polar-swebench-report.jsonl"))
 # One chat completion through the proxy: a session that never calls the model is an error.
 MODEL_CALL = "python3 -c " + repr(
     "import json, os, urllib.request as rq; rq.urlopen(rq.Request(os.environ['OPENAI_BASE_URL'] + "
@@ -115,8 +114,8 @@ def outcomes(swe_images, client, stack):
     submitted = {name: client.submit(swe_task(name)) for name in SCENARIOS}
     results = {name: client.wait(task_id, timeout=600, poll_seconds=0.5).results[0]
                for name, task_id in submitted.items()}
-    REPORT.unlink(missing_ok=True)
-    with REPORT.open("a") as f:
+    report_file("swebench").unlink(missing_ok=True)
+    with report_file("swebench").open("a") as f:
         for name, r in results.items():
             t = r.timing
             graded = (t.evaluate_ended_at - t.evaluate_started_at) if t.evaluate_ended_at and t.evaluate_started_at \

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import redis
@@ -20,11 +19,11 @@ from pipeline.builders import create as create_builder
 from pipeline.status import SessionStatus
 from pipeline.stores import Stores
 from tests.e2e.test_harness_presets import EXPECTED, ROOT, task_for
+from tests.support import report_file
 
 # The modules using presets_stack (six harness CLIs, six run slots) share one process: one stack.
 pytestmark = pytest.mark.xdist_group("presets-stack")
 
-REPORT = Path(os.environ.get("POLAR_TOKEN_IN_REPORT", "/tmp/polar-token-in-report.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def strict_updates(records) -> tuple[int, int]:
 def test_token_in_removes_the_drift_the_same_runs_show_without_it(runs, presets_stack):
     env = {**os.environ, **presets_stack.settings.to_env()}
     stores = Stores.open(redis.Redis.from_url(presets_stack.settings.redis_url), presets_stack.settings)
-    REPORT.unlink(missing_ok=True)
+    report_file("token_in").unlink(missing_ok=True)
     rows = {}
     for (preset, mode), status in runs.items():
         [result] = status.results
@@ -66,7 +65,7 @@ def test_token_in_removes_the_drift_the_same_runs_show_without_it(runs, presets_
             "harness": preset, "token_in": mode, "completions": len(records), "chains": stats["chains_total"],
             "drifted_turns": stats["drifted_turns"], "spliced_calls": spliced,
             "strict_updates": updates, "strict_tokens": tokens, "verify_fail_on_drift": out.returncode == 0}
-        with REPORT.open("a") as f:
+        with report_file("token_in").open("a") as f:
             f.write(json.dumps(row) + "\n")
     for preset, (_, _, chains) in EXPECTED.items():
         on, off = rows[(preset, "auto")], rows[(preset, "off")]
