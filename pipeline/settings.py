@@ -157,6 +157,10 @@ class Settings(BaseSettings):
     # A model call arriving while the proxy cannot reach Redis (a restart, a failover) waits this
     # long for it before its 503: an SDK's own retries give up within seconds.
     proxy_redis_wait_seconds: float = Field(default=30.0, ge=0)
+    # A model call finding no engine endpoint that accepts connections (an engine restarting) waits
+    # this long for one before its 502: nothing was sent, so trying again samples nothing twice, and
+    # some CLIs give up on a few quick 502s (codex after 5), ending the session.
+    proxy_engine_wait_seconds: float = Field(default=30.0, ge=0)
     # Results can be megabytes each (whole sessions of token ids): bound what Redis keeps.
     result_ttl_seconds: int = Field(default=24 * 3600, gt=0)  # terminal SessionResult, for polling
     records_ttl_seconds: int = Field(default=3600, gt=0)  # raw completion records after publishing

@@ -80,7 +80,8 @@ class Gateway(ContextFitting):
         self.stores = stores
         self.gate = SessionGate(stores.sessions)
         self.engine = upstream.create(settings.upstream_engine)
-        self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds, transport)
+        self.pool = upstream.UpstreamPool(settings.upstream_url, settings.upstream_timeout_seconds, transport,
+                                          settings.proxy_engine_wait_seconds)
         self.control = Control(stores.proxy_control, settings.policy_version)
         self.hot = HotRedis(settings.require_redis())  # the two round trips of every call
         self.inflight = InflightCalls(stores, self.hot, settings.call_lease_seconds)

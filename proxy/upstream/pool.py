@@ -4,13 +4,15 @@ cache stays warm across turns) and moves on only when that endpoint cannot be re
 Affinity is rendezvous hashing over (session, endpoint): stable per session, and removing an
 endpoint moves only the sessions that were on it. Only connection failures are retried, on
 the next endpoint: a timeout or an error answer may mean the engine did (or is doing) the
-work, and sampling twice must not happen silently. Bytes move through an ``UpstreamTransport``
+work, and sampling twice must not happen silently. When no endpoint accepts a connection (an
+engine restarting), the call waits for one, with back-off, up to ``wait_seconds``. Bytes move through an ``UpstreamTransport``
 (``transport.py``): ``keepalive.py``'s HTTP/1.1 client in production, a WSGI app in-process in tests.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import orjson
@@ -24,11 +26,12 @@ from proxy.upstream.transport import Unreachable, UpstreamTransport, reachable
 
 class UpstreamPool:
     def __init__(self, urls: str | list[str], timeout_seconds: float,
-                 transport: UpstreamTransport | None = None) -> None:
+                 transport: UpstreamTransport | None = None, wait_seconds: float = 0.0) -> None:
         self.urls = [u.strip().rstrip("/") for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not self.urls:
             raise ValueError("no upstream URL configured")
         self.transport = transport or KeepAliveTransport(self.urls, timeout_seconds)
+        self.wait_seconds = wait_seconds
 
     def reachable(self) -> bool:
         """Whether any endpoint accepts connections (one is enough to serve)."""
@@ -47,14 +50,21 @@ class UpstreamPool:
         whose token ids stay JSON text (``ids_text.IdsText``) instead of being parsed."""
         payload = json_bytes(body)
         last: BaseException | None = None
-        for base in self.order(affinity):
-            try:
-                status, data = self.transport.request(base, "POST", path, payload)
-            except Unreachable as exc:
-                last = exc.__cause__
-                continue
-            return _json(status, data, base, ids_text), base
-        raise UpstreamError(f"cannot reach any inference server ({', '.join(self.urls)}): {last}")
+        deadline, pause = time.monotonic() + self.wait_seconds, 0.25
+        while True:
+            for base in self.order(affinity):
+                try:
+                    status, data = self.transport.request(base, "POST", path, payload)
+                except Unreachable as exc:
+                    last = exc.__cause__
+                    continue
+                return _json(status, data, base, ids_text), base
+            if time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)  # (a greenlet's sleep under gevent; a client that leaves ends it: client_watch)
+            pause = min(2 * pause, 2.0)
+        waited = f" (waited {self.wait_seconds:g}s for one)" if self.wait_seconds else ""
+        raise UpstreamError(f"cannot reach any inference server ({', '.join(self.urls)}){waited}: {last}")
 
     def get_json(self, path: str, *, endpoint: str | None = None) -> dict[str, Any]:
         """GET from the first endpoint that answers (or from ``endpoint`` only)."""

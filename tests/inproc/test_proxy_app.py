@@ -274,6 +274,24 @@ def test_an_unreachable_endpoint_fails_over_to_the_next(r, redis_url, tmp_path):
     assert tried_dead, "no session hashed to the dead endpoint first; the test proves nothing"
 
 
+def test_a_call_waits_for_an_engine_that_is_restarting(r, redis_url, tmp_path):
+    """No endpoint accepts connections for a while (an engine restarting): the call waits for it
+    (POLAR_PROXY_ENGINE_WAIT_SECONDS) and is sampled once it is back, instead of a 502 -- codex
+    gives up after five of those and the session ends."""
+    engine = "http://restarting.test"
+    transport = WSGITransport(apps={engine: None})
+    app = create_app(proxy_settings(redis_url, tmp_path).replace(upstream_url=engine), transport)
+    key = running_session(redis_url)
+    back = threading.Timer(0.8, lambda: transport.apps.__setitem__(engine, fake_upstream.app))
+    back.start()
+    assert call("chat", sdk_clients(app, key), "fake").choices[0].message.content == "ok"
+    back.join()
+    tries = [c for c in transport.calls if c[2] == "/v1/chat/completions"]
+    assert len(tries) >= 2  # refused while away, then sent once
+    done, errors = records(redis_url, key)
+    assert len(done) == 1 and not errors
+
+
 def test_pause_holds_new_calls_until_resume_stamps_the_policy_version(proxy_app, redis_url):
     key = running_session(redis_url)
     admin = admin_client(proxy_app)

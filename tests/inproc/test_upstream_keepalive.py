@@ -127,3 +127,48 @@ def test_reachable_probes_the_port(server):
     assert t.reachable(s.url)
     s.close()
     assert not t.reachable(s.url)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_pool_waits_for_an_engine_that_comes_back():
+    """An engine restarting refuses connections for a while: nothing was sent, so the call waits
+    for it (with back-off, up to the pool's wait) instead of a 502 some CLIs give up on."""
+    from proxy.upstream import UpstreamPool
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    got: list[bytes] = []
+
+    def engine_back_later() -> None:
+        time.sleep(0.8)
+        with socket.create_server(("127.0.0.1", port)) as srv:
+            conn, _ = srv.accept()
+            with conn:
+                data = b""
+                while not data.endswith(b'{"x": 1}') and not data.endswith(b'{"x":1}'):
+                    data += conn.recv(65536)
+                got.append(data)
+                conn.sendall(ok(b'{"answer": 1}', "Connection: close"))
+
+    import threading
+
+    back = threading.Thread(target=engine_back_later, daemon=True)
+    back.start()
+    answer, base = UpstreamPool(url, 5, wait_seconds=30).post_json("/v1/chat/completions", {"x": 1})
+    back.join(5)
+    assert answer == {"answer": 1} and base == url and len(got) == 1  # sent once, once it could be
+
+
+def test_the_pool_gives_up_after_its_wait_and_says_so():
+    from proxy.upstream import UpstreamPool
+
+    url = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(UpstreamError, match=r"cannot reach any inference server .*waited 0.6s"):
+        UpstreamPool(url, 5, wait_seconds=0.6).post_json("/v1/chat/completions", {"x": 1})
+    assert time.monotonic() - started < 10  # (bounded: not a timing assertion on the wait itself)
