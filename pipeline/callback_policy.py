@@ -20,7 +20,7 @@ import socket
 from typing import Iterable
 from urllib.parse import urlsplit
 
-from pipeline.loopback import LOOPBACK_NAMES
+from pipeline.loopback import is_loopback_name
 from pipeline.settings import Settings
 
 LOOPBACK = "loopback"
@@ -31,7 +31,7 @@ def canonical_host(host: str) -> str:
     address of this machine's loopback (or the unspecified address, which reaches it too), else
     the lower-cased name."""
     host = host.strip("[]").lower().rstrip(".")
-    if host in LOOPBACK_NAMES or host.endswith(".localhost"):
+    if is_loopback_name(host):  # (the loopback names; the other forms of its addresses follow)
         return LOOPBACK
     address = _ip(host)
     if address is None:
