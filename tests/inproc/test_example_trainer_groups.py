@@ -7,23 +7,32 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from pipeline import keys
 from tests.inproc.test_stream_groups import client, publish, submit  # noqa: F401  (client: the fixture)
 
 
-def trainer_example():
+@pytest.fixture(scope="module")
+def example():
+    """examples/trainer.py, loaded as a module."""
     spec = importlib.util.spec_from_file_location("example_trainer", Path(__file__).resolve().parents[2] / "examples" / "trainer.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_a_step_that_times_out_leaves_the_unfinished_groups_sessions_unacked(client, r):  # noqa: F811
-    example = trainer_example()
-    submit(client, "whole", 2)
-    submit(client, "half", 2)
-    publish(r, "whole", "w0", "w1")
-    publish(r, "half", "h0")
+def given(client, r, **tasks):  # noqa: F811
+    """Each task submitted with its number of sessions, then the results of those listed published:
+    ``name=(num_samples, [session ids published])``."""
+    for task_id, (samples, _) in tasks.items():
+        submit(client, task_id, samples)
+    for task_id, (_, published) in tasks.items():
+        publish(r, task_id, *published)
+
+
+def test_a_step_that_times_out_leaves_the_unfinished_groups_sessions_unacked(example, client, r):  # noqa: F811
+    given(client, r, whole=(2, ["w0", "w1"]), half=(2, ["h0"]))
     done, others = example.collect_groups(client, {"whole": 2, "half": 2}, timeout=0.5)
     assert [(g.task_id, sorted(x.session_id for x in g.results)) for g in done] == [("whole", ["w0", "w1"])]
     assert others == 0
@@ -35,12 +44,8 @@ def test_a_step_that_times_out_leaves_the_unfinished_groups_sessions_unacked(cli
     assert r.xpending(keys.RESULTS_STREAM, "example-trainer")["pending"] == 0
 
 
-def test_other_tasks_groups_are_skipped_and_counted(client, r):  # noqa: F811
-    example = trainer_example()
-    submit(client, "old", 2)
-    submit(client, "mine", 1)
-    publish(r, "old", "o0", "o1")
-    publish(r, "mine", "m0")
+def test_other_tasks_groups_are_skipped_and_counted(example, client, r):  # noqa: F811
+    given(client, r, old=(2, ["o0", "o1"]), mine=(1, ["m0"]))
     done, others = example.collect_groups(client, {"mine": 1}, timeout=2)
     assert [g.task_id for g in done] == ["mine"] and others == 2
     assert r.xpending(keys.RESULTS_STREAM, "example-trainer")["pending"] == 0

@@ -5,12 +5,14 @@ server that closed an idle connection, and every failure mapped to the error the
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
 
+from infra.embedded_redis import free_port
 from proxy.errors import UpstreamError, UpstreamTimeout
-from proxy.upstream import keepalive
+from proxy.upstream import UpstreamPool, keepalive
 from proxy.upstream.keepalive import KeepAliveTransport
 from proxy.upstream.transport import Unreachable
 from tests.support_http import Scripted
@@ -129,18 +131,10 @@ def test_reachable_probes_the_port(server):
     assert not t.reachable(s.url)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_pool_waits_for_an_engine_that_comes_back():
     """An engine restarting refuses connections for a while: nothing was sent, so the call waits
     for it (with back-off, up to the pool's wait) instead of a 502 some CLIs give up on."""
-    from proxy.upstream import UpstreamPool
-
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     got: list[bytes] = []
 
@@ -150,12 +144,10 @@ def test_the_pool_waits_for_an_engine_that_comes_back():
             conn, _ = srv.accept()
             with conn:
                 data = b""
-                while not data.endswith(b'{"x": 1}') and not data.endswith(b'{"x":1}'):
-                    data += conn.recv(65536)
+                while not data.endswith(b'{"x":1}') and (piece := conn.recv(65536)):
+                    data += piece
                 got.append(data)
                 conn.sendall(ok(b'{"answer": 1}', "Connection: close"))
-
-    import threading
 
     back = threading.Thread(target=engine_back_later, daemon=True)
     back.start()
@@ -165,9 +157,7 @@ def test_the_pool_waits_for_an_engine_that_comes_back():
 
 
 def test_the_pool_gives_up_after_its_wait_and_says_so():
-    from proxy.upstream import UpstreamPool
-
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(UpstreamError, match=r"cannot reach any inference server .*waited 0.6s"):
         UpstreamPool(url, 5, wait_seconds=0.6).post_json("/v1/chat/completions", {"x": 1})
