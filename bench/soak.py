@@ -97,8 +97,9 @@ def main() -> None:
         r = redis.Redis.from_url(stack.settings.redis_url)
         groups = {name: child.proc.pid for name, child in stack.children.items() if name not in ("model", "upstream")}
         published = 0
+        command = two_calls(body_file)
         for rnd in range(args.rounds):
-            tasks = [task(i, 4, f"r{rnd}", two_calls(body_file), "soak") for i in range(args.sessions // 4)]
+            tasks = [task(i, 4, f"r{rnd}", command, "soak") for i in range(args.sessions // 4)]
             t0 = time.monotonic()
             submit_all(client, tasks)
             published += 4 * len(tasks)
