@@ -16,9 +16,11 @@ import redis  # noqa: E402
 from infra.embedded_redis import EmbeddedRedis  # noqa: E402
 from proxy.hot_redis import HotRedis, NoScript, RedisReplyError  # noqa: E402
 
-# Keeps Redis busy (a script's TIME is frozen while it runs, so: count). 10^8 steps: about 1-3 s.
+# Keeps Redis busy until the scenario stops it (SCRIPT KILL, or killing the server): a script's TIME
+# is frozen while it runs, so it counts, and 10^12 steps outlast any test on any machine. A bounded
+# count would not: 10^8 steps took 1-3 s on one machine and under 0.3 s on another.
 SPIN = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return 1"
-STEPS = 10**8
+STEPS = 10**12
 
 
 def concurrent(server: EmbeddedRedis) -> dict:
@@ -105,7 +107,8 @@ def kill_in_flight(server: EmbeddedRedis) -> dict:
 def timeout(server: EmbeddedRedis) -> dict:
     """A reply later than the timeout fails the call (and the connection, out of step now); the
     next call has a new connection."""
-    hot = HotRedis(server.url, timeout=0.3)
+    hot, plain = HotRedis(server.url, timeout=0.3), redis.Redis.from_url(server.url)
+    plain.config_set("busy-reply-threshold", 100)  # so SCRIPT KILL is heard 0.1 s into the script
     hot.pipeline([("PING",)])
     started = time.monotonic()
     try:
@@ -114,6 +117,7 @@ def timeout(server: EmbeddedRedis) -> dict:
     except ConnectionError as exc:
         slow = f"ConnectionError: {exc}"
     waited = time.monotonic() - started
+    plain.script_kill()
     deadline = time.monotonic() + 30
     while True:  # once the script has ended, a new connection answers
         try:
