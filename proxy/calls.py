@@ -170,11 +170,11 @@ class ModelCalls:
             gw.abandon(lease)
             raise
         call = Call(lease, seq, None if parked else version, provider, parsed, body, started, scope, received,
-                    token_in, raw, client_socket(req.environ) if self.watch_clients else None)
+                    token_in, raw, client_socket(req.environ) if self.watch_clients else None, presented)
         if not parsed.stream:
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
-        return self._stream(call, admitted[0], (lambda: gw.unpark(call, presented)) if parked else None)
+        return self._stream(call, admitted[0], (lambda: gw.unpark(call)) if parked else None)
 
     def _prewarm(self, provider: Provider, sid: str, body: dict[str, Any], chat: dict[str, Any]) -> Answer:
         """A cache pre-warm of session ``sid`` (its key checked), answered with its prompt's count;

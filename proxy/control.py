@@ -31,7 +31,7 @@ class Control:
         self.default_policy_version = default_policy_version
         self._flag_at, self._flag = -POLL_SECONDS, False
 
-    def _paused(self) -> bool:
+    def paused(self) -> bool:
         """The pause flag as every call parked in this process sees it: read from Redis at most
         once a poll interval for all of them (a thousand parked calls polled it 20k times a
         second). A stale answer costs nothing: a call enters again only after a fresh read of
@@ -52,10 +52,18 @@ class Control:
         _, paused, version = replies
         if not paused:
             return (version.decode() if version else None) or self.default_policy_version
-        self.store.exit(call_id)
         if park:
+            self.store.exit(call_id)
             return PARKED
-        return self.wait_out(call_id, lease, max_wait, still_wanted, parked=parked)
+        return self.step_out(call_id, lease, max_wait, still_wanted, lambda: False, parked)
+
+    def step_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
+                 still_wanted: Callable[[], Any], gone: Callable[[], bool],
+                 parked: Callable[[bool | None], None]) -> str | None:
+        """A call that entered and has sampled nothing yet leaves the pause's drain and waits the
+        pause out (``wait_out``), then enters again; returns the version it samples under."""
+        self.store.exit(call_id)
+        return self.wait_out(call_id, lease, max_wait, still_wanted, gone, parked)
 
     def wait_out(self, call_id: str, lease: Callable[[], float], max_wait: float,
                  still_wanted: Callable[[], Any] = lambda: None,
@@ -95,7 +103,7 @@ class Control:
                 if gone():
                     raise ClientGone("the client closed its connection while its call waited out a weight-sync "
                                      "pause; nothing was sampled")
-                if not self._paused():
+                if not self.paused():
                     break
             still_wanted()
             paused, version = self.store.enter(call_id, lease())

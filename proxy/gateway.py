@@ -68,6 +68,7 @@ class Call:
     token_in: TokenIn = TokenIn.OFF  # the session's agent.token_in (proxy/token_in.py)
     original_json: bytes | None = None  # ``original`` as the client sent it (stored as sent)
     client: Any = None  # the client's socket, watched while the engine samples (proxy/client_watch.py)
+    key: str | None = None  # the session key it presented (checked again after a wait)
 
     @property
     def session_id(self) -> str:
@@ -187,24 +188,32 @@ class Gateway(ContextFitting):
         return self._when_redis_back(lambda: self.admitted(self.begin_admit(key), waiting=True, park=park,
                                                            failed=failed), away)
 
-    def unpark(self, call: Call, key: str | None) -> None:
+    def unpark(self, call: Call) -> None:
         """Wait out the pause a parked call found (``admitted(park=True)``), then stamp the
         version it samples under; a call that cannot go on (the pause outlasted its wait, its
         session ended) leaves its error record, as one that waited at admission does; one whose
         client left is recorded as ``ClientGone``, as when it leaves while the engine samples
         (POSTRUN counts it in ``calls_aborted``, not as a call the service lost)."""
         try:
-            call.policy_version = self.control.wait_out(call.lease.call_id, self.inflight.expiry,
-                                                        self.settings.upstream_timeout_seconds,
-                                                        still_wanted=lambda: self.check_key(key),
-                                                        gone=lambda: has_left(call.client),
-                                                        parked=lambda on: self._parked(call.lease.session_id, on))
+            call.policy_version = self.control.wait_out(call.lease.call_id, *self._wait_terms(call))
         except ProxyError as err:  # (ClientGone: kept as the engine-call watch keeps it, an aborted call)
             self.fail(call.lease, call.seq, call.provider.name, err, call.original, call.started, entered=False)
             raise
         except BaseException:
             self.abandon(call.lease)
             raise
+
+    def _wait_terms(self, call: Call) -> tuple[Any, ...]:
+        """How a call waits out a pause: (its lease, the longest wait, still_wanted, gone, parked)."""
+        return (self.inflight.expiry, self.settings.upstream_timeout_seconds, lambda: self.check_key(call.key),
+                lambda: has_left(call.client), lambda on: self._parked(call.lease.session_id, on))
+
+    def _out_while_paused(self, call: Call) -> None:
+        """Between a call's waits for an engine that cannot be reached (restarting, perhaps for the
+        very weight sync that paused inference): nothing is sampled yet, so the call leaves the
+        pause's drain rather than hold it up, and samples under the version the resume sets."""
+        if self.control.paused():
+            call.policy_version = self.control.step_out(call.lease.call_id, *self._wait_terms(call))
 
     def _parked(self, sid: str, on: bool | None) -> None:
         """Mark the session held up by a pause (or no longer): best effort -- a mark that cannot be
@@ -298,25 +307,27 @@ class Gateway(ContextFitting):
         would have sampled -- and recorded -- the turn again). It leaves only once recorded."""
         sid, parsed = call.session_id, call.parsed
         try:
-            chat, normalizations = self._engine_request(parsed)
-            requested_max_tokens = chat.get("max_tokens")
-            # Token-in sessions: the prompt of a call that continues a recorded turn is spliced
-            # from that turn's ids (proxy/token_in.py) and sampled as ids.
-            plan = self.token_in.plan(chat, sid, call.token_in) if call.token_in != TokenIn.OFF else None
-            engine_call = None
-            if plan is not None and plan.spliced is not None:
-                chat = self._fit_spliced(chat, len(plan.spliced.prompt_ids), sid)
-                engine_call = self.token_in.request(plan, chat, parsed.top_logprobs, self._context(chat, sid))
-            t0 = time.perf_counter()
-            with watching(call.client):  # a client that leaves aborts the engine call (ClientGone)
-                if plan is not None and engine_call is not None:
-                    raw, base, chat = self._sample_spliced(plan, engine_call, chat, parsed.top_logprobs, sid)
-                elif parsed.truncate_input:
-                    raw, base, chat, dropped = self._sample_truncating(chat, parsed.top_logprobs, sid)
-                    if dropped:
-                        normalizations = [*normalizations, f"truncation:auto dropped the {dropped} oldest messages"]
-                else:
-                    raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
+            # An engine that cannot be reached is waited for; a pause taken meanwhile is waited out.
+            with upstream.between_engine_waits(lambda: self._out_while_paused(call)):
+                chat, normalizations = self._engine_request(parsed)
+                requested_max_tokens = chat.get("max_tokens")
+                # Token-in sessions: the prompt of a call that continues a recorded turn is spliced
+                # from that turn's ids (proxy/token_in.py) and sampled as ids.
+                plan = self.token_in.plan(chat, sid, call.token_in) if call.token_in != TokenIn.OFF else None
+                engine_call = None
+                if plan is not None and plan.spliced is not None:
+                    chat = self._fit_spliced(chat, len(plan.spliced.prompt_ids), sid)
+                    engine_call = self.token_in.request(plan, chat, parsed.top_logprobs, self._context(chat, sid))
+                t0 = time.perf_counter()
+                with watching(call.client):  # a client that leaves aborts the engine call (ClientGone)
+                    if plan is not None and engine_call is not None:
+                        raw, base, chat = self._sample_spliced(plan, engine_call, chat, parsed.top_logprobs, sid)
+                    elif parsed.truncate_input:
+                        raw, base, chat, dropped = self._sample_truncating(chat, parsed.top_logprobs, sid)
+                        if dropped:
+                            normalizations = [*normalizations, f"truncation:auto dropped the {dropped} oldest messages"]
+                    else:
+                        raw, base, chat = self._sample(chat, parsed.top_logprobs, sid)
             latency_ms = (time.perf_counter() - t0) * 1000.0
             try:
                 captured = self.engine.extract(raw)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.errors import CaptureError, EngineError
 from pipeline.registry import Registry
 from proxy.upstream.base import Captured, Engine
-from proxy.upstream.pool import UpstreamPool
+from proxy.upstream.pool import UpstreamPool, between_engine_waits
 from proxy.upstream.sglang import SGLangEngine
 from proxy.upstream.transport import UpstreamTransport, WSGITransport
 from proxy.upstream.vllm import VLLMEngine
@@ -22,5 +22,5 @@ def create(name: str) -> Engine:
     return item() if isinstance(item, type) else item
 
 
-__all__ = ["ENGINES", "CaptureError", "Captured", "Engine", "UpstreamPool", "UpstreamTransport", "WSGITransport",
+__all__ = ["ENGINES", "CaptureError", "Captured", "Engine", "UpstreamPool", "between_engine_waits", "UpstreamTransport", "WSGITransport",
            "create"]

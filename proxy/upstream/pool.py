@@ -5,7 +5,9 @@ Affinity is rendezvous hashing over (session, endpoint): stable per session, and
 endpoint moves only the sessions that were on it. Only connection failures are retried, on
 the next endpoint: a timeout or an error answer may mean the engine did (or is doing) the
 work, and sampling twice must not happen silently. When no endpoint accepts a connection (an
-engine restarting), the call waits for one, with back-off, up to ``wait_seconds``. Bytes move through an ``UpstreamTransport``
+engine restarting), the call waits for one, with back-off, up to ``wait_seconds``; between its
+waits it runs the hook ``between_engine_waits`` set for it (the gateway's: step out of a weight-sync
+pause), a hold that does not count against the wait. Bytes move through an ``UpstreamTransport``
 (``transport.py``): ``keepalive.py``'s HTTP/1.1 client in production, a WSGI app in-process in tests.
 """
 
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -22,6 +26,19 @@ from proxy.errors import UpstreamError, UpstreamRejected
 from proxy.upstream.ids_text import parse_answer
 from proxy.upstream.keepalive import KeepAliveTransport
 from proxy.upstream.transport import Unreachable, UpstreamTransport, reachable
+
+# Per call: a ContextVar is the greenlet's own under gevent (the thread's otherwise).
+_BETWEEN_WAITS: ContextVar[Callable[[], None] | None] = ContextVar("between_engine_waits", default=None)
+
+
+@contextmanager
+def between_engine_waits(hook: Callable[[], None]) -> Iterator[None]:
+    """Run ``hook`` between this call's waits for an unreachable engine, while in the block."""
+    token = _BETWEEN_WAITS.set(hook)
+    try:
+        yield
+    finally:
+        _BETWEEN_WAITS.reset(token)
 
 
 class UpstreamPool:
@@ -63,6 +80,11 @@ class UpstreamPool:
                 break
             time.sleep(pause)  # (a greenlet's sleep under gevent; a client that leaves ends it: client_watch)
             pause = min(2 * pause, 2.0)
+            hook = _BETWEEN_WAITS.get()
+            if hook is not None:
+                held = time.monotonic()
+                hook()
+                deadline += time.monotonic() - held
         waited = f" (waited {self.wait_seconds:g}s for one)" if self.wait_seconds else ""
         raise UpstreamError(f"cannot reach any inference server ({', '.join(self.urls)}){waited}: {last}")
 

@@ -17,7 +17,7 @@ from pipeline import keys
 from pipeline.stores.proxy_control import ProxyControlStore
 from proxy.app import create_app
 from proxy.upstream import WSGITransport
-from tests.inproc.conftest import admin_client, proxy_settings, sdk_clients
+from tests.inproc.conftest import ADMIN_TOKEN, admin_client, proxy_settings, sdk_clients
 from tests.support import MSG, records, running_session, wait_for
 
 
@@ -333,3 +333,43 @@ def test_a_trailing_newline_is_not_a_printable_version_or_holder(proxy_app, para
     resp = admin_client(proxy_app).post("/admin/resume", json=params)
     assert resp.status_code == 400, resp.get_data(as_text=True)
     assert next(iter(params)) in resp.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_waiting_for_an_unreachable_engine_leaves_a_pauses_drain_and_samples_under_the_new_version(
+        r, redis_url, tmp_path, stream):
+    """The engine is down (restarting, perhaps for this very weight sync) while a call waits for it
+    (POLAR_PROXY_ENGINE_WAIT_SECONDS): nothing is sampled yet, so a pause taken meanwhile drains
+    at once instead of waiting out the call's engine wait; the engine back before the resume
+    still samples nothing; after it, the call is sampled and stamped with the new version."""
+    engine = "http://restarting.test"
+    transport = WSGITransport(apps={engine: None})
+    app = create_app(proxy_settings(redis_url, tmp_path, admin_token=ADMIN_TOKEN, upstream_url=engine,
+                                    upstream_timeout_seconds=20, proxy_engine_wait_seconds=20), transport)
+    admin = admin_client(app)
+    key = running_session(redis_url)
+    got: dict = {}
+
+    def agent() -> None:
+        resp = app.test_client().post(f"/s/{key}/v1/chat/completions", json={
+            "model": "fake", "messages": MSG, "stream": stream}, headers={"Authorization": f"Bearer {key}"})
+        got["status"], got["body"] = resp.status_code, resp.get_data()
+
+    caller = threading.Thread(target=agent)
+    caller.start()
+    wait_for(lambda: len(transport.calls) >= 2, timeout=10)  # refused, waited, refused again: it is waiting
+    assert status(admin)["inflight"] == 1 and caller.is_alive()
+    started = time.monotonic()
+    held = admin.post("/admin/pause", query_string={"timeout_seconds": 10, "holder": "trainer"}).get_json()
+    assert held["drained"] and held["inflight"] == 0, held
+    assert time.monotonic() - started < 5  # (it stepped out at its next wait: at most 2 s of back-off)
+    tries = len(transport.calls)
+    transport.apps[engine] = fake_upstream.app  # the engine is back, inference still paused
+    time.sleep(2.5)  # longer than the call's back-off between tries (2 s at most)
+    assert caller.is_alive() and len(transport.calls) == tries and records(redis_url, key) == ([], [])
+    resumed = admin.post("/admin/resume", json={"holder": "trainer", "policy_version": "v2"})
+    assert resumed.status_code == 200, resumed.get_json()
+    caller.join(timeout=15)
+    assert got["status"] == 200 and (b"data: [DONE]" in got["body"]) is stream, got
+    done, errors = records(redis_url, key)
+    assert [rec["policy_version"] for rec in done] == ["v2"] and not errors
