@@ -211,7 +211,8 @@ class Gateway(ContextFitting):
     def _out_while_paused(self, call: Call) -> None:
         """Between a call's waits for an engine that cannot be reached (restarting, perhaps for the
         very weight sync that paused inference): nothing is sampled yet, so the call leaves the
-        pause's drain rather than hold it up, and samples under the version the resume sets."""
+        pause's drain rather than hold it up, and samples under the version the resume sets.
+        (Reading the flag rides out a Redis restart, as the call's admission did.)"""
         if self.control.paused():
             call.policy_version = self.control.step_out(call.lease.call_id, *self._wait_terms(call))
 

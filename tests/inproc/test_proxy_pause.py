@@ -355,7 +355,7 @@ def test_a_call_waiting_for_an_unreachable_engine_leaves_a_pauses_drain_and_samp
             "model": "fake", "messages": MSG, "stream": stream}, headers={"Authorization": f"Bearer {key}"})
         got["status"], got["body"] = resp.status_code, resp.get_data()
 
-    caller = threading.Thread(target=agent)
+    caller = threading.Thread(target=agent, daemon=True)
     caller.start()
     wait_for(lambda: len(transport.calls) >= 2, timeout=10)  # refused, waited, refused again: it is waiting
     assert status(admin)["inflight"] == 1 and caller.is_alive()
@@ -373,3 +373,39 @@ def test_a_call_waiting_for_an_unreachable_engine_leaves_a_pauses_drain_and_samp
     assert got["status"] == 200 and (b"data: [DONE]" in got["body"]) is stream, got
     done, errors = records(redis_url, key)
     assert [rec["policy_version"] for rec in done] == ["v2"] and not errors
+
+
+def test_redis_away_while_a_call_waits_for_the_engine_does_not_fail_the_call(tmp_path):
+    """Between its engine waits a call reads the pause flag; Redis restarting meanwhile holds
+    that read until Redis is back (it is not a 503), and the call goes on waiting for the engine,
+    then is sampled and recorded once."""
+    from infra.embedded_redis import EmbeddedRedis
+
+    engine = "http://restarting.test"
+    transport = WSGITransport(apps={engine: None})
+    server = EmbeddedRedis(data_dir=tmp_path / "redis").start()
+    try:
+        app = create_app(proxy_settings(server.url, tmp_path / "home", upstream_url=engine,
+                                        upstream_timeout_seconds=20, proxy_engine_wait_seconds=20), transport)
+        key = running_session(server.url)
+        got: dict = {}
+
+        def agent() -> None:
+            resp = app.test_client().post(f"/s/{key}/v1/chat/completions", json={"model": "fake", "messages": MSG},
+                                          headers={"Authorization": f"Bearer {key}"})
+            got["status"], got["body"] = resp.status_code, resp.get_json()
+
+        caller = threading.Thread(target=agent, daemon=True)
+        caller.start()
+        wait_for(lambda: len(transport.calls) >= 2, timeout=10)  # it waits for the engine
+        server.stop()  # (its append-only file keeps the session and the call's lease)
+        time.sleep(2.5)  # longer than the call's back-off between tries: it reads the flag meanwhile
+        assert caller.is_alive()
+        server.start()
+        transport.apps[engine] = fake_upstream.app
+        caller.join(timeout=20)
+        assert got["status"] == 200, got
+        done, errors = records(server.url, key)
+        assert len(done) == 1 and not errors
+    finally:
+        server.stop()
