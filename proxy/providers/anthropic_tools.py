@@ -90,11 +90,20 @@ def tool_choice(choice: Any, names: set[str]) -> dict[str, Any]:
 
 def check_tool_results(messages: list[dict[str, Any]]) -> None:
     """As Anthropic answers it: every tool_result answers a tool_use of the message just before
-    (an orphan would reach the engine as a tool message answering no call)."""
+    (an orphan would reach the engine as a tool message answering no call), and a user message
+    after tool_use blocks answers every one of them (served, the engine would sample on calls
+    that never got a result, a history the vendor refuses; a final assistant message with
+    calls is a prefill and answers nothing yet)."""
     asked: set[Any] = set()
     for i, m in enumerate(messages):
         content = m.get("content")
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        if m.get("role") == "user" and asked:
+            answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+            if missing := [str(c) for c in asked if c not in answered]:
+                raise BadRequest(f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                                 f"after: {', '.join(sorted(missing))}. Each `tool_use` block must have a "
+                                 "corresponding `tool_result` block in the next message.", param=f"messages.{i}")
         if m.get("role") == "user":
             for j, b in enumerate(blocks):
                 if b.get("type") == "tool_result" and b.get("tool_use_id") not in asked:
