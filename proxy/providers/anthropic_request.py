@@ -118,7 +118,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    src = block.get("source") or {}
+    src = block["source"] if isinstance(block.get("source"), dict) else {}
     if src.get("type") == "base64" and isinstance(src.get("data"), str):
         return {"type": "image_url", "image_url": {"url": data_url(src.get("media_type", "image/png"), src["data"])}}
     if src.get("type") == "url" and isinstance(src.get("url"), str):
@@ -142,14 +142,21 @@ def _search_result_text(block: dict[str, Any], where: str) -> str:
     return "\n".join(head + [_string(b, "text", where) for b in content])
 
 
+def _document_text(block: dict[str, Any], where: str) -> str:
+    """A plain-text document as the model reads it: its title and context (what the caller
+    says the document is, which the vendor's model is shown too) before its text."""
+    head = [_string(block, k, where) for k in ("title", "context") if block.get(k) is not None]
+    return "\n".join([h for h in head if h] + [_string(block["source"], "data", f"{where}.source")])
+
+
 def _user_part(block: dict[str, Any], where: str) -> dict[str, Any] | None:
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": _string(block, "text", where)}
     if kind == "image":
         return _image_part(block, where)
-    if kind == "document" and (block.get("source") or {}).get("type") == "text":
-        return {"type": "text", "text": block["source"].get("data", "")}
+    if kind == "document" and isinstance(block.get("source"), dict) and block["source"].get("type") == "text":
+        return {"type": "text", "text": _document_text(block, where)}
     if kind == "search_result":
         return {"type": "text", "text": _search_result_text(block, where)}
     if kind in ("thinking", "redacted_thinking"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import anthropic
 import pytest
+from transformers import AutoTokenizer
 
 from tests.proxy.test_sdks import records
 from tests.support import running_session
@@ -40,3 +41,14 @@ def test_an_anthropic_tool_use_without_its_tool_result_next_is_refused_as_anthro
     sdk.messages.create(model="tiny", max_tokens=4, tools=[LS], messages=[
         *history, {"role": "user", "content": [*results, {"type": "text", "text": "Go on."}]}])
     assert len(records(ref_stack, key)) == 1
+
+
+def test_an_anthropic_documents_title_and_context_reach_the_prompt(ref_stack, model_dir):
+    key = running_session(ref_stack.settings.redis_url)
+    doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "The sky is green."},
+           "title": "Field notes 1887", "context": "Written by a colour-blind sailor."}
+    anthropic_client(ref_stack, key).messages.create(model="tiny", max_tokens=4, messages=[
+        {"role": "user", "content": [doc, {"type": "text", "text": "What colour is the sky?"}]}])
+    prompt = AutoTokenizer.from_pretrained(model_dir, local_files_only=True).decode(records(ref_stack, key)[0]["prompt_ids"])
+    for text in ("Field notes 1887", "Written by a colour-blind sailor.", "The sky is green.", "What colour is the sky?"):
+        assert text in prompt
