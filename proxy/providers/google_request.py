@@ -165,21 +165,40 @@ def _role_parts(content: Any, i: int) -> tuple[str, list[Any]]:
 def _user_content(parts: list[Any], where: str, pending: dict[str, list[str]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     user_parts: list[dict[str, Any]] = []
+    media_after_tools: list[dict[str, Any]] = []
     for j, p in enumerate(parts):
         pw = f"{where}.parts[{j}]"
         if not isinstance(p, dict):
             raise BadRequest(f"{pw} must be an object", param=pw)
         if isinstance(p.get("functionResponse"), dict):
             out.append(_tool_message(p["functionResponse"], pw, pending))
+            media_after_tools += _response_media(p["functionResponse"], f"{pw}.functionResponse")
         elif isinstance(p.get("text"), str):
             user_parts.append({"type": "text", "text": p["text"]})
         elif "inlineData" in p or "fileData" in p:
             user_parts.append(_media(p, pw))
         else:
             raise UnsupportedFeature(f"{pw}: part kind {sorted(p)} is not supported", param=pw)
+    # A function response's own parts (a screenshot, a file it read): chat tool messages hold
+    # text only, so they are shown right after the tool messages, as Anthropic tool_result images.
+    user_parts = media_after_tools + user_parts
     if user_parts:
         out.append({"role": "user", "content": user_parts})
     return out
+
+
+def _response_media(fr: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    parts = fr.get("parts")
+    if parts is None:
+        return []
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise BadRequest(f"{where}.parts must be a list of objects", param=f"{where}.parts")
+    return [_media(p, f"{where}.parts[{j}]") for j, p in enumerate(parts)]
+
+
+# Model parts with content of their own that an assistant message cannot hold (a part holding
+# only a thoughtSignature, or an empty one, carries nothing to render and is skipped).
+_UNRENDERED = frozenset({"executableCode", "codeExecutionResult", "inlineData", "fileData", "functionResponse"})
 
 
 def _model_turn(run: list[tuple[int, list[Any]]], pending: dict[str, list[str]]) -> dict[str, Any]:
@@ -202,6 +221,11 @@ def _model_turn(run: list[tuple[int, list[Any]]], pending: dict[str, list[str]])
                               "function": {"name": fc["name"], "arguments": json.dumps(fc.get("args") or {}, ensure_ascii=False)}})
             elif isinstance(p.get("text"), str):
                 (reasoning if p.get("thought") else text).append(p["text"])
+            elif _UNRENDERED.intersection(p):
+                # Code the vendor ran, media it made: the engine's template has no place for them,
+                # and dropped, the turn would be sampled on as if the model had said nothing of it.
+                raise UnsupportedFeature(f"{where}.parts[{j}]: a model part of kind {sorted(_UNRENDERED.intersection(p))} "
+                                         "is not supported", param=f"{where}.parts[{j}]")
     return assistant_history_message(text, reasoning, calls)
 
 

@@ -5,18 +5,29 @@ a Gemini function response, code-execution parts of a model turn)."""
 
 from __future__ import annotations
 
+import base64
+
 import anthropic
 import pytest
+from google import genai
+from google.genai import types as gt
 from transformers import AutoTokenizer
 
+from proxy.providers.google_request import to_chat as gemini_to_chat
 from tests.proxy.test_sdks import records
 from tests.support import running_session
 
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 LS = {"name": "ls", "description": "List files", "input_schema": {"type": "object", "properties": {}}}
 
 
 def anthropic_client(stack, key: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=f"{stack.settings.proxy_url}/s/{key}", api_key=key, max_retries=0)
+
+
+def genai_client(stack, key: str) -> genai.Client:
+    return genai.Client(api_key=key, http_options=gt.HttpOptions(
+        base_url=f"{stack.settings.proxy_url}/s/{key}", retry_options=gt.HttpRetryOptions(attempts=1)))
 
 
 @pytest.mark.parametrize("answer", [
@@ -52,3 +63,45 @@ def test_an_anthropic_documents_title_and_context_reach_the_prompt(ref_stack, mo
     prompt = AutoTokenizer.from_pretrained(model_dir, local_files_only=True).decode(records(ref_stack, key)[0]["prompt_ids"])
     for text in ("Field notes 1887", "Written by a colour-blind sailor.", "The sky is green.", "What colour is the sky?"):
         assert text in prompt
+
+
+def _function_response_with_image() -> list[gt.Content]:
+    return [gt.Content(role="user", parts=[gt.Part(text="Take a screenshot.")]),
+            gt.Content(role="model", parts=[gt.Part(function_call=gt.FunctionCall(name="shot", args={}, id="c1"))]),
+            gt.Content(role="user", parts=[gt.Part(function_response=gt.FunctionResponse(
+                name="shot", id="c1", response={"output": "the screenshot"},
+                parts=[gt.FunctionResponsePart(inline_data=gt.FunctionResponseBlob(mime_type="image/png", data=PNG))]))])]
+
+
+def test_a_gemini_function_responses_image_parts_are_not_dropped(ref_stack):
+    key = running_session(ref_stack.settings.redis_url)
+    tool = gt.Tool(function_declarations=[gt.FunctionDeclaration(name="shot", description="Take a screenshot")])
+    config = gt.GenerateContentConfig(tools=[tool], max_output_tokens=4)
+    sdk = genai_client(ref_stack, key)  # (kept: a dropped client closes itself)
+    with pytest.raises(genai.errors.ClientError) as info:  # the text-only engine cannot see the image
+        sdk.models.generate_content(model="tiny", contents=_function_response_with_image(), config=config)
+    assert info.value.code == 400 and info.value.status == "INVALID_ARGUMENT" and "multimodal" in info.value.message
+    assert records(ref_stack, key) == []
+    # translated as an Anthropic tool_result's images are: shown right after the tool message
+    body = {"contents": [c.model_dump(mode="json", exclude_none=True) for c in _function_response_with_image()]}
+    messages = gemini_to_chat(body, "tiny")[0]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user"]
+    assert messages[2]["content"] == "the screenshot"
+    assert messages[3]["content"] == [{"type": "image_url", "image_url": {
+        "url": "data:image/png;base64," + base64.urlsafe_b64encode(PNG).decode()}}]  # (as sent)
+
+
+@pytest.mark.parametrize("part", [
+    gt.Part(executable_code=gt.ExecutableCode(code="print(6*7)", language="PYTHON")),
+    gt.Part(code_execution_result=gt.CodeExecutionResult(outcome="OUTCOME_OK", output="42")),
+])
+def test_a_gemini_model_turn_part_the_prompt_cannot_hold_is_refused_not_dropped(ref_stack, part):
+    key = running_session(ref_stack.settings.redis_url)
+    contents = [gt.Content(role="user", parts=[gt.Part(text="6*7?")]),
+                gt.Content(role="model", parts=[gt.Part(text="Let me compute."), part]),
+                gt.Content(role="user", parts=[gt.Part(text="And?")])]
+    sdk = genai_client(ref_stack, key)
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", contents=contents, config=gt.GenerateContentConfig(max_output_tokens=4))
+    assert info.value.code == 400 and "contents[1].parts[1]" in info.value.message
+    assert records(ref_stack, key) == []
