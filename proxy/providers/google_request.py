@@ -257,10 +257,20 @@ def _tool_message(fr: dict[str, Any], where: str, pending: dict[str, list[str]])
 def _media(p: dict[str, Any], where: str) -> dict[str, Any]:
     inline, file = p.get("inlineData"), p.get("fileData")
     if isinstance(inline, dict) and str(inline.get("mimeType", "")).startswith("image/"):
-        return {"type": "image_url", "image_url": {"url": data_url(inline["mimeType"], inline.get("data", ""))}}
+        return {"type": "image_url", "image_url": {"url": data_url(inline["mimeType"], _standard_base64(inline.get("data"), where))}}
     if isinstance(file, dict) and isinstance(file.get("fileUri"), str):
         return {"type": "image_url", "image_url": {"url": file["fileUri"]}}
     raise UnsupportedFeature(f"{where}: only image inlineData and fileData are supported", param=where)
+
+
+def _standard_base64(data: Any, where: str) -> str:
+    """Gemini's bytes fields take base64 in either alphabet, and google-genai sends the URL-safe
+    one (``-``, ``_``); a data URL is standard base64, which vLLM decodes strictly (an image
+    passed on as sent would fail there, or reach the model as other bytes)."""
+    if not isinstance(data, str):
+        raise BadRequest(f"{where}.inlineData.data must be a base64 string", param=f"{where}.inlineData.data")
+    data = data.strip().rstrip("=").replace("-", "+").replace("_", "/")
+    return data + "=" * (-len(data) % 4)
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:

@@ -88,7 +88,7 @@ def test_a_gemini_function_responses_image_parts_are_not_dropped(ref_stack):
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user"]
     assert messages[2]["content"] == "the screenshot"
     assert messages[3]["content"] == [{"type": "image_url", "image_url": {
-        "url": "data:image/png;base64," + base64.urlsafe_b64encode(PNG).decode()}}]  # (as sent)
+        "url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}]
 
 
 @pytest.mark.parametrize("part", [
@@ -105,3 +105,14 @@ def test_a_gemini_model_turn_part_the_prompt_cannot_hold_is_refused_not_dropped(
         sdk.models.generate_content(model="tiny", contents=contents, config=gt.GenerateContentConfig(max_output_tokens=4))
     assert info.value.code == 400 and "contents[1].parts[1]" in info.value.message
     assert records(ref_stack, key) == []
+
+
+def test_a_gemini_inline_image_reaches_the_engine_in_standard_base64():
+    # google-genai sends bytes URL-safe base64 encoded (as its JSON dump here does); vLLM decodes
+    # a data URL's base64 strictly, so "-" and "_" must be the standard alphabet's "+" and "/".
+    image = b"\xfb\xef\xbe\xff" + PNG
+    part = gt.Part.from_bytes(data=image, mime_type="image/png").model_dump(mode="json", exclude_none=True)
+    assert "-" in part["inline_data"]["data"] or "_" in part["inline_data"]["data"]
+    body = {"contents": [{"role": "user", "parts": [{"text": "What is this?"}, part]}]}
+    url = gemini_to_chat(body, "tiny")[0]["messages"][0]["content"][1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(image).decode()
