@@ -258,7 +258,10 @@ def _media(p: dict[str, Any], where: str) -> dict[str, Any]:
     inline, file = p.get("inlineData"), p.get("fileData")
     if isinstance(inline, dict) and str(inline.get("mimeType", "")).startswith("image/"):
         return {"type": "image_url", "image_url": {"url": data_url(inline["mimeType"], _standard_base64(inline.get("data"), where))}}
-    if isinstance(file, dict) and isinstance(file.get("fileUri"), str):
+    # A file is an image URL only if it is an image: a PDF or a video passed on as one would be
+    # read as a picture (or refused as one); its type is the caller's mimeType (or none given).
+    if (isinstance(file, dict) and isinstance(file.get("fileUri"), str)
+            and str(file.get("mimeType") or "image/").startswith("image/")):
         return {"type": "image_url", "image_url": {"url": file["fileUri"]}}
     raise UnsupportedFeature(f"{where}: only image inlineData and fileData are supported", param=where)
 

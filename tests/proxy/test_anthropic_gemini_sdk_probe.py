@@ -116,3 +116,20 @@ def test_a_gemini_inline_image_reaches_the_engine_in_standard_base64():
     body = {"contents": [{"role": "user", "parts": [{"text": "What is this?"}, part]}]}
     url = gemini_to_chat(body, "tiny")[0]["messages"][0]["content"][1]["image_url"]["url"]
     assert url == "data:image/png;base64," + base64.b64encode(image).decode()
+
+
+@pytest.mark.parametrize("uri, mime", [("https://example.com/report.pdf", "application/pdf"),
+                                       ("https://www.youtube.com/watch?v=abc", "video/mp4")])
+def test_a_gemini_file_that_is_no_image_is_refused_as_such(ref_stack, uri, mime):
+    # It was passed on as an image URL: the caller heard "not a multimodal model" from a text-only
+    # engine, and a multimodal one would be asked to read a PDF or a video as a picture.
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = genai_client(ref_stack, key)
+    with pytest.raises(genai.errors.ClientError) as info:
+        sdk.models.generate_content(model="tiny", contents=[gt.Part.from_uri(file_uri=uri, mime_type=mime), "Summarise."],
+                                    config=gt.GenerateContentConfig(max_output_tokens=4))
+    assert info.value.code == 400 and "only image" in info.value.message and "contents[0].parts[0]" in info.value.message
+    assert records(ref_stack, key) == []
+    body = {"contents": [{"parts": [{"fileData": {"fileUri": "https://example.com/cat.png", "mimeType": "image/png"}}]}]}
+    assert gemini_to_chat(body, "tiny")[0]["messages"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
