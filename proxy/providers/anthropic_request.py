@@ -37,6 +37,8 @@ def to_chat(body: Any, *, need_max_tokens: bool = True) -> tuple[dict[str, Any],
     if body.get("mcp_servers"):
         raise UnsupportedFeature("mcp_servers: remote MCP servers are not supported (the engine calls no "
                                  "server; run MCP in the agent)", param="mcp_servers")
+    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
+        raise BadRequest("metadata: Input should be a valid dictionary", param="metadata")
     model = require_model(body, "model: Field required")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -104,8 +106,8 @@ def _system(system: Any) -> list[dict[str, Any]]:
     if isinstance(system, str):
         return [{"role": "system", "content": system}]
     if isinstance(system, list) and all(isinstance(b, dict) and b.get("type", "text") == "text"
-                                        and isinstance(b.get("text", ""), str) for b in system):
-        return [{"role": "system", "content": "\n".join(b.get("text", "") for b in system)}]
+                                        and isinstance(b.get("text"), str) for b in system):
+        return [{"role": "system", "content": "\n".join(b["text"] for b in system)}]
     raise BadRequest("system: must be a string or a list of text blocks", param="system")
 
 

@@ -38,6 +38,29 @@ _OPAQUE = {"args", "response", "parameters", "parametersJsonSchema", "responseSc
            "labels"}
 
 
+# Fields whose type decides what is asked for: one of another type is the client's 400, never
+# read as absent (responseModalities "AUDIO" as a string was answered in text, a schema given as
+# a string fell back to plain JSON mode).
+_SHAPES: tuple[tuple[tuple[str, ...], type | tuple[type, ...], str], ...] = (
+    (("generationConfig", "responseModalities"), list, "a list"),
+    (("generationConfig", "thinkingConfig"), dict, "an object"),
+    (("generationConfig", "responseSchema"), dict, "an object"),
+    (("generationConfig", "responseJsonSchema"), (dict, bool), "a JSON schema"),
+    (("toolConfig",), dict, "an object"),
+    (("toolConfig", "functionCallingConfig"), dict, "an object"),
+    (("toolConfig", "functionCallingConfig", "allowedFunctionNames"), list, "a list"))
+
+
+def _check_shapes(body: dict[str, Any]) -> None:
+    for path, kind, named in _SHAPES:
+        value: Any = body
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, kind):
+            where = ".".join(path)
+            raise BadRequest(f"Invalid value at '{where}': must be {named}", param=where)
+
+
 def camel_keys(value: Any) -> Any:
     """The API accepts proto field names in both spellings, and the Python SDK sends nested ones
     in snake_case (``include_thoughts``, ``parameters_json_schema``): read everything as camelCase."""
@@ -56,6 +79,7 @@ def to_chat(body: Any, model: str | None) -> tuple[dict[str, Any], dict[str, Any
     body = camel_keys(require_object(body))
     if isinstance(body.get("generateContentRequest"), dict):  # countTokens' wrapped form
         body = body["generateContentRequest"]
+    _check_shapes(body)
     if body.get("cachedContent"):  # answering without it would record a prompt missing its context
         raise UnsupportedFeature("cachedContent is not supported: this endpoint keeps no context caches; "
                                  "send the cached contents in the request", param="cachedContent")
@@ -215,6 +239,9 @@ def _model_turn(run: list[tuple[int, list[Any]]], pending: dict[str, list[str]])
                 fc = p["functionCall"]
                 if not isinstance(fc.get("name"), str):
                     raise BadRequest(f"{where}.parts[{j}].functionCall.name is required", param=where)
+                if not isinstance(fc.get("args"), (dict, type(None))):
+                    raise BadRequest(f"{where}.parts[{j}].functionCall.args must be an object",
+                                     param=f"{where}.parts[{j}].functionCall.args")
                 call_id = fc.get("id") or f"call_{i}_{j}"
                 pending.setdefault(fc["name"], []).append(call_id)
                 calls.append({"id": call_id, "type": "function",
@@ -288,6 +315,9 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"tools[{i}].functionDeclarations must be a list of objects",
                              param=f"tools[{i}].functionDeclarations")
         for j, decl in enumerate(decls or []):
+            if not isinstance(decl.get("parameters"), (dict, type(None))):
+                raise BadRequest(f"tools[{i}].functionDeclarations[{j}].parameters must be an object",
+                                 param=f"tools[{i}].functionDeclarations[{j}].parameters")
             params = decl.get("parametersJsonSchema", json_schema(decl.get("parameters")))
             out.append(function_tool(decl.get("name"), decl.get("description"), params,
                                      f"tools[{i}].functionDeclarations[{j}].name"))

@@ -97,3 +97,38 @@ def test_a_field_of_the_wrong_type_is_the_clients_error(name):
             except Exception as exc:  # noqa: BLE001 - the point is to name what escaped
                 raw.append(f"{'.'.join(map(str, path))} = {value!r}: {type(exc).__name__}: {exc}")
     assert not raw, "\n".join(raw)
+
+
+GEMINI_TOOL_CONFIG = {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["f"]}}
+
+
+@pytest.mark.parametrize("path, value", [
+    (("generationConfig", "responseModalities"), "AUDIO"),  # was answered in text
+    (("generationConfig", "thinkingConfig"), "on"),
+    (("generationConfig", "responseSchema"), '{"type": "object"}'),  # fell back to plain JSON mode
+    (("generationConfig", "responseJsonSchema"), "object"),
+    (("toolConfig",), "ANY"),
+    (("toolConfig", "functionCallingConfig"), "ANY"),
+    (("toolConfig", "functionCallingConfig", "allowedFunctionNames"), "f"),
+    (("contents", 1, "parts", 1, "functionCall", "args"), "x=1"),
+    (("tools", 0, "functionDeclarations", 0, "parameters"), '{"type": "object"}'),
+])
+def test_a_gemini_field_whose_type_decides_what_is_asked_is_refused_in_another_type(path, value):
+    """Read as absent, each of these changed what the caller got without a word."""
+    body = {**copy.deepcopy(RICH["google"]), "toolConfig": copy.deepcopy(GEMINI_TOOL_CONFIG)}
+    body["generationConfig"]["responseMimeType"] = "application/json"
+    PROVIDERS["google"].parse(copy.deepcopy(body), path_model="m")  # the body as it is: served
+    with pytest.raises(ProxyError) as info:
+        PROVIDERS["google"].parse(swapped(body, path, value), path_model="m")
+    assert info.value.status == 400 and info.value.param.endswith(str(path[-1])), (info.value.param, str(info.value))
+
+
+@pytest.mark.parametrize("field, value", [("system", [{"type": "text"}]),  # its text was read as ""
+                                          ("system", [{"type": "text", "text": 5}]),
+                                          ("metadata", "user-1")])  # was ignored
+def test_an_anthropic_field_of_the_wrong_shape_is_refused_as_anthropic_does(field, value):
+    body = {**copy.deepcopy(RICH["anthropic"]), "metadata": {"user_id": "u"}}
+    PROVIDERS["anthropic"].parse(copy.deepcopy(body))  # the body as it is: served
+    with pytest.raises(ProxyError) as info:
+        PROVIDERS["anthropic"].parse({**body, field: value})
+    assert info.value.status == 400 and info.value.param == field, str(info.value)
