@@ -154,26 +154,34 @@ class _PacedReader:
 class _LeftUnread(Input):
     """The request body, where what the app left unread (a 401 answered before a stranger's
     body) is not read to its end -- a client trickling it would hold the connection as long as
-    it likes -- but drained for a moment (so the answer is not lost to a reset) and the
-    connection then closed."""
+    it likes -- but drained for a moment as the answer starts (so the answer is not lost to a
+    reset); a body that was not all in by then has the answer close the connection, saying so."""
 
     __slots__ = ("on_unread",)
 
-    def _discard(self) -> None:
+    def done(self) -> bool:
+        return self.chunk_length == 0 if self.chunked_input else self.position >= (self.content_length or 0)
+
+    def drain(self) -> bool:
+        """Read what the app left unread, for a moment: True once the body's end is reached
+        (the connection can then serve its next request)."""
         if self._chunked_input_error:  # the body's framing is unknown: what follows is not a request
-            self.on_unread()
-            return
-        done = self.chunk_length == 0 if self.chunked_input else self.position >= (self.content_length or 0)
-        if done:
-            return
-        self.on_unread()
+            return False
+        if self.done():
+            return True
+        self.send_100_continue_enabled = False  # (an interim 100 is no use once the answer is due)
         budget = DRAIN_MAX_BYTES
         with gevent.Timeout(DRAIN_SECONDS, False):
             try:
                 while budget > 0 and (data := self.read(min(16384, budget))):
                     budget -= len(data)
             except Exception:  # noqa: BLE001 - a body the client got wrong: the connection closes anyway
-                pass
+                return False
+        return self.done()
+
+    def _discard(self) -> None:
+        if not self.drain():
+            self.on_unread()
 
 
 class OneWriteHandler(PyWSGIHandler):
@@ -250,6 +258,25 @@ class OneWriteHandler(PyWSGIHandler):
 
     def _close_after(self) -> None:
         self.close_connection = True
+
+    def start_response(self, status: str, headers: Any, exc_info: Any = None) -> Any:
+        """gevent's, with a body the app answers before reading (a 401, a 404 for an unserved
+        path) drained before the answer goes out, or the answer saying ``Connection: close``.
+        Drained only after it, the connection was closed unannounced: a client's pool (the
+        OpenAI SDK's httpx) sent its next request on it and got a disconnect, an
+        APIConnectionError for a valid call when it does not retry."""
+        write = super().start_response(status, headers, exc_info)
+        body = self.wsgi_input
+        if isinstance(body, _LeftUnread) and not body.done() and (self._expects_continue() or not body.drain()):
+            self.close_connection = True
+            self.response_headers = [(k, v) for k, v in self.response_headers if k.lower() != b"connection"]
+            self.response_headers.append((b"Connection", b"close"))
+        return write
+
+    def _expects_continue(self) -> bool:
+        """A client waiting for ``100 Continue`` has sent no body to drain: the answer closes."""
+        body = self.wsgi_input
+        return body.position == 0 and (self.environ or {}).get("HTTP_EXPECT", "").lower() == "100-continue"
 
     def read_request(self, raw_requestline: str) -> Any:
         try:

@@ -1,0 +1,58 @@
+"""OpenAI SDK calls beyond a harness's usual ones, through the official SDK and the reference
+model: what a trainer's client (slime, verl, SkyRL: often with ``max_retries=0``) may send, and
+what the SDK must be able to read back."""
+
+from __future__ import annotations
+
+import json
+import socket
+from urllib.parse import urlsplit
+
+import openai
+
+from tests.proxy.test_sdks import records
+from tests.support import running_session
+
+
+def openai_client(stack, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.settings.proxy_url}/s/{key}/v1", api_key=key, max_retries=0)
+
+
+def _post(sock: socket.socket, path: str, body: dict) -> bytes:
+    """One request on a kept-alive connection; its answer's head (the body read by its length)."""
+    data = json.dumps(body).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed before the answer"
+        got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head
+
+
+def test_an_answer_given_before_the_body_is_read_keeps_the_connection_usable(ref_stack):
+    """An unserved endpoint (the SDK's ``completions.create``) is answered before its body is
+    read. The connection used to be closed after that answer without a ``Connection: close``
+    header: the SDK's pool sent its next call on it and, without retries, raised
+    APIConnectionError ("Server disconnected without sending a response") for a valid call."""
+    key = running_session(ref_stack.settings.redis_url)
+    url = urlsplit(ref_stack.settings.proxy_url)
+    chat = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        head = _post(sock, f"/s/{key}/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 3})
+        assert head.startswith(b"HTTP/1.1 404")
+        if b"connection: close" not in head.lower():  # kept alive: the next call on it is answered
+            assert _post(sock, f"/s/{key}/v1/chat/completions", chat).startswith(b"HTTP/1.1 200")
+    sdk = openai_client(ref_stack, key)
+    for _ in range(15):  # through the SDK's own pool: the 404 as its NotFoundError, never a connection error
+        try:
+            sdk.completions.create(model="tiny", prompt="hello", max_tokens=3)
+        except openai.NotFoundError as err:
+            assert err.body["code"] == "unsupported_endpoint"
+        sdk.chat.completions.create(**chat)
+    assert len([r for r in records(ref_stack, key) if r.get("response_ids")]) == 16
