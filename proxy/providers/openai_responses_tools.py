@@ -18,6 +18,12 @@ _CUSTOM_PARAMS = {"type": "object", "properties": {"input": {"type": "string"}},
 # Built-in tools the client executes (its output items are calls the harness runs), unlike the
 # hosted ones the vendor runs; the engine has no schema for them.
 _CLIENT_BUILTINS = frozenset({"local_shell", "shell", "apply_patch", "computer_use_preview", "computer"})
+# The tools OpenAI runs itself (as the SDK's ToolParam names them): dropped. Any other type is
+# refused, as OpenAI refuses it: dropped as if hosted, a misspelt function tool or a client
+# built-in newer than this list would leave the policy without the agent's tool, unsaid.
+_HOSTED = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11",
+                     "file_search", "code_interpreter", "image_generation", "tool_search",
+                     "programmatic_tool_calling"})
 
 
 def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
@@ -51,6 +57,9 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
             # the rollout would quietly be one without them (as Anthropic's mcp_servers).
             raise UnsupportedFeature(f"tools[{i}]: MCP tools are not supported: the engine calls no MCP server (run "
                                      "MCP in the agent and declare its tools as functions)", param=f"tools[{i}].type")
+        elif kind not in _HOSTED:
+            raise BadRequest(f"Invalid value: {kind!r}. tools[{i}].type must be function, custom, namespace or "
+                             "a hosted tool's type", param=f"tools[{i}].type")
         # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
     return out, namespaces, customs
 

@@ -9,6 +9,7 @@ import socket
 from urllib.parse import urlsplit
 
 import openai
+import pytest
 
 from tests.proxy.test_sdks import records
 from tests.support import running_session
@@ -56,3 +57,20 @@ def test_an_answer_given_before_the_body_is_read_keeps_the_connection_usable(ref
             assert err.body["code"] == "unsupported_endpoint"
         sdk.chat.completions.create(**chat)
     assert len([r for r in records(ref_stack, key) if r.get("response_ids")]) == 16
+
+
+def test_a_responses_tool_of_an_unknown_type_is_refused_not_dropped_as_hosted(ref_stack):
+    """Only OpenAI's hosted tools (which run at the vendor) are dropped. A type the proxy does not
+    know -- a misspelt function tool, a client built-in newer than the proxy -- was dropped as if
+    hosted: the policy answered without the agent's tool, and nothing said so."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    misspelt = {"type": "functions", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.create(model="tiny", input="Weather in Paris?", max_output_tokens=2, tools=[misspelt])
+    assert info.value.body["param"] == "tools[0].type" and "'functions'" in info.value.body["message"]
+    assert records(ref_stack, key) == []
+    for hosted in ({"type": "web_search_preview"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                   {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "image_generation"}):
+        sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[hosted])  # still dropped
+    assert ["tools" in r["normalized_request"] for r in records(ref_stack, key)] == [False] * 4
