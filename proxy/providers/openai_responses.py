@@ -188,11 +188,11 @@ def output_items(turn: Turn, parsed: Parsed) -> list[dict[str, Any]]:
                                    if parsed.extra.get("logprobs") else []}]})
     for c in turn.tool_calls:
         if c.name in parsed.extra.get("customs", ()):
-            items.append({"type": "custom_tool_call", "id": new_id("ctc"), "call_id": c.id, "name": c.name,
-                          "input": str(c.arguments_object().get("input", "")), "status": "completed"})
-            continue
-        item = {"type": "function_call", "id": new_id("fc"), "call_id": c.id, "name": c.name,
-                "arguments": c.arguments, "status": "completed"}
+            item = {"type": "custom_tool_call", "id": new_id("ctc"), "call_id": c.id, "name": c.name,
+                    "input": str(c.arguments_object().get("input", "")), "status": "completed"}
+        else:
+            item = {"type": "function_call", "id": new_id("fc"), "call_id": c.id, "name": c.name,
+                    "arguments": c.arguments, "status": "completed"}
         if c.name in parsed.extra.get("namespaces", {}):
             item["namespace"] = parsed.extra["namespaces"][c.name]
         items.append(item)

@@ -37,11 +37,21 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
         if kind == "function":
             out.append(function_tool(t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}].name"))
         elif kind == "namespace":
-            for inner in t.get("tools") or []:
-                if isinstance(inner, dict) and inner.get("type", "function") == "function":
-                    out.append(function_tool(inner.get("name"), inner.get("description"),
-                                             inner.get("parameters"), f"tools[{i}].tools"))
-                    namespaces[inner["name"]] = t.get("name", "")
+            inner_tools = t.get("tools") or []
+            if not isinstance(inner_tools, list):
+                raise BadRequest(f"tools[{i}].tools must be an array of tools", param=f"tools[{i}].tools")
+            for j, inner in enumerate(inner_tools):
+                # Function and custom tools, as the SDK's NamespaceToolParam has them (a custom one
+                # was skipped: the policy never saw it, unsaid); anything else is refused.
+                inner_kind = inner.get("type", "function") if isinstance(inner, dict) else None
+                if inner_kind not in ("function", "custom"):
+                    raise BadRequest(f"tools[{i}].tools[{j}].type must be function or custom",
+                                     param=f"tools[{i}].tools[{j}].type")
+                params = inner.get("parameters") if inner_kind == "function" else _CUSTOM_PARAMS
+                out.append(function_tool(inner.get("name"), inner.get("description"), params, f"tools[{i}].tools"))
+                namespaces[inner["name"]] = t.get("name", "")
+                if inner_kind == "custom":
+                    customs.add(inner["name"])
         elif kind == "custom":
             out.append(function_tool(t.get("name"), t.get("description"), _CUSTOM_PARAMS, f"tools[{i}].name"))
             customs.add(t["name"])

@@ -74,3 +74,31 @@ def test_a_responses_tool_of_an_unknown_type_is_refused_not_dropped_as_hosted(re
                    {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "image_generation"}):
         sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[hosted])  # still dropped
     assert ["tools" in r["normalized_request"] for r in records(ref_stack, key)] == [False] * 4
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_a_custom_tool_inside_a_namespace_reaches_the_policy_and_its_calls_come_back_as_custom(ref_stack, stream):
+    """The SDK's NamespaceToolParam groups function and custom tools. A namespace's custom tool
+    was skipped: the policy never saw it, and nothing said so."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    weather = {"type": "namespace", "name": "weather", "description": "Weather tools.", "tools": [
+        {"type": "function", "name": "get_forecast", "parameters": {"type": "object", "properties": {}}},
+        {"type": "custom", "name": "get_weather", "description": "Current weather of a city."}]}
+    kw = dict(model="sdk-tools", input="What is the weather in Paris and Rome?", tools=[weather])
+    if stream:
+        with sdk.responses.stream(**kw) as events:
+            response = events.get_final_response()
+    else:
+        response = sdk.responses.create(**kw)
+    req = records(ref_stack, key)[-1]["normalized_request"]
+    tools = {t["function"]["name"]: t["function"] for t in req["tools"]}
+    assert set(tools) == {"get_forecast", "get_weather"}
+    assert tools["get_weather"]["description"] == "Current weather of a city."
+    assert tools["get_weather"]["parameters"]["properties"] == {"input": {"type": "string"}}
+    calls = [o for o in response.output if o.type != "reasoning"]
+    assert [(o.type, o.name, o.namespace) for o in calls] == [("custom_tool_call", "get_weather", "weather")] * 2
+    with pytest.raises(openai.BadRequestError) as info:  # a type a namespace cannot hold is refused, not skipped
+        sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[
+            {"type": "namespace", "name": "web", "description": "d", "tools": [{"type": "web_search"}]}])
+    assert info.value.body["param"] == "tools[0].tools[0].type"
