@@ -67,7 +67,7 @@ def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], set[str]]:
             # the rollout would quietly be one without them (as Anthropic's mcp_servers).
             raise UnsupportedFeature(f"tools[{i}]: MCP tools are not supported: the engine calls no MCP server (run "
                                      "MCP in the agent and declare its tools as functions)", param=f"tools[{i}].type")
-        elif kind not in _HOSTED:
+        elif not isinstance(kind, str) or kind not in _HOSTED:
             raise BadRequest(f"Invalid value: {kind!r}. tools[{i}].type must be function, custom, namespace or "
                              "a hosted tool's type", param=f"tools[{i}].type")
         # hosted tools (web_search, file_search, tool_search, ...) run at the vendor: dropped
