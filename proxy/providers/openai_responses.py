@@ -51,6 +51,12 @@ _COUNT_PATHS = tuple(p + "/input_tokens" for p in _PATHS)
 _STORED_ROUTES = {("GET", ""): "stored", ("DELETE", ""): "delete_stored", ("GET", "input_items"): "input_items",
                   ("POST", "cancel"): "cancel_stored"}
 _LOGPROBS = "message.output_text.logprobs"  # the include that asks for them
+# What ``include`` may ask for (the SDK's ResponseIncludable). The hosted tools' and input
+# images' ones have nothing to add here; any other value is OpenAI's 400, not ignored: a
+# misspelt logprobs include ("message.output_text.logprob") answered without logprobs, unsaid.
+_INCLUDABLE = (_LOGPROBS, "reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
+               "web_search_call.action.sources", "message.input_image.image_url",
+               "computer_call_output.output.image_url", "code_interpreter_call.outputs")
 _INPUT_OVERFLOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 
@@ -129,6 +135,10 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
         include = []
     elif not isinstance(include, list) or not all(isinstance(x, str) for x in include):
         raise BadRequest("'include' must be an array of strings", param="include")
+    for value in include:
+        if value not in _INCLUDABLE:
+            raise BadRequest(f"Invalid value: {value!r}. Supported values are: {', '.join(map(repr, _INCLUDABLE))}.",
+                             param="include")
     return chat, {
         "namespaces": namespaces, "customs": sorted(customs), "own_messages_from": start,
         "instructions": instructions if isinstance(instructions, str) else None,

@@ -102,3 +102,21 @@ def test_a_custom_tool_inside_a_namespace_reaches_the_policy_and_its_calls_come_
         sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, tools=[
             {"type": "namespace", "name": "web", "description": "d", "tools": [{"type": "web_search"}]}])
     assert info.value.body["param"] == "tools[0].tools[0].type"
+
+
+def test_a_responses_include_openai_does_not_know_is_refused_not_ignored(ref_stack):
+    """A misspelt include (the logprobs one without its final s) was ignored: the answer came
+    back without the logprobs asked for, and nothing said so. OpenAI refuses it; so does the proxy.
+    The includes OpenAI knows are taken (those for hosted tools have nothing to add here)."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, include=["message.output_text.logprob"])
+    assert info.value.body["param"] == "include" and "'message.output_text.logprob'" in info.value.body["message"]
+    assert records(ref_stack, key) == []
+    with pytest.raises(openai.BadRequestError):  # the token count reads the request as the call does
+        sdk.responses.input_tokens.count(model="tiny", input="hi", extra_body={"include": ["bogus"]})
+    reply = sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, include=[
+        "message.output_text.logprobs", "reasoning.encrypted_content", "file_search_call.results",
+        "web_search_call.action.sources", "message.input_image.image_url", "code_interpreter_call.outputs"])
+    assert len(reply.output[0].content[0].logprobs) == 2 == len(records(ref_stack, key)[-1]["response_ids"])
