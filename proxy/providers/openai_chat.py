@@ -32,13 +32,17 @@ from proxy.sse import data_event, done_event
 
 NAME = "openai_chat"
 
-# Sampling/tooling fields forwarded upstream as they are.
-_FORWARD = (
-    "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "stop", "seed",
-    "presence_penalty", "frequency_penalty", "response_format", "reasoning_effort", "logit_bias",
-    # vLLM / SGLang extras a harness may set deliberately
+# Sampling fields the Responses API lacks and the engines' own extras a harness may set
+# deliberately (through the SDK's extra_body): forwarded as they are, from Responses calls too.
+SAMPLING_EXTRAS = (
+    "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
     "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "ignore_eos",
     "chat_template_kwargs", "skip_special_tokens", "include_stop_str_in_output",
+)
+# Sampling/tooling fields forwarded upstream as they are.
+_FORWARD = (
+    "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "response_format", "reasoning_effort",
+    *SAMPLING_EXTRAS,
     # an assistant prefill: the engine continues the last message instead of opening a new turn
     "continue_final_message", "add_generation_prompt",
 )
@@ -96,12 +100,7 @@ def normalize(body: Any) -> dict[str, Any]:
     if body.get("web_search_options") is not None:
         raise UnsupportedFeature("web search is not supported: the engine searches nothing (give the agent a "
                                  "search tool instead)", param="web_search_options")
-    for key, why in _UNSERVED.items():
-        if (value := body.get(key)) is not None and value is not False:
-            raise UnsupportedFeature(f"'{key}' {why}", param=key)
-    if body.get("best_of") not in (None, 1):
-        raise UnsupportedFeature("'best_of' is not supported here: a trajectory must hold what the policy sampled, "
-                                 "not the best of several samples", param="best_of")
+    refuse_unserved(body)
     modalities = body.get("modalities")
     if body.get("audio") is not None or (isinstance(modalities, list) and set(modalities) - {"text"}):
         raise UnsupportedFeature("audio output is not supported: this model answers in text",
@@ -132,6 +131,17 @@ def normalize(body: Any) -> dict[str, Any]:
     if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
     return out
+
+
+def refuse_unserved(body: dict[str, Any]) -> None:
+    """The engines' extras that are neither passed on nor answered, when asked for (Chat and
+    Responses calls alike: either reaches the engine as a chat request)."""
+    for key, why in _UNSERVED.items():
+        if (value := body.get(key)) is not None and value is not False:
+            raise UnsupportedFeature(f"'{key}' {why}", param=key)
+    if body.get("best_of") not in (None, 1):
+        raise UnsupportedFeature("'best_of' is not supported here: a trajectory must hold what the policy sampled, "
+                                 "not the best of several samples", param="best_of")
 
 
 def _allowed_tools(choice: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:

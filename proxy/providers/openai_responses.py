@@ -41,6 +41,7 @@ from proxy.providers.fields import (
     require_object,
     top_logprobs,
 )
+from proxy.providers.openai_chat import SAMPLING_EXTRAS, refuse_unserved
 from proxy.providers.openai_responses_items import encrypt_reasoning, to_messages
 from proxy.providers.openai_responses_stream import ResponsesStream
 from proxy.providers.openai_responses_tools import _tool_choice, _tools
@@ -105,6 +106,13 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     for key in ("temperature", "top_p"):
         if opt_number(body, key) is not None:
             chat[key] = body[key]
+    # The engines' sampling extras (top_k, seed, stop, ... through extra_body) as a Chat call
+    # passes them on; they were dropped, and the policy sampled otherwise than asked, unsaid.
+    # The extras nothing answers here (token ids, guided decoding) are refused as from Chat.
+    refuse_unserved(body)
+    chat.update({key: body[key] for key in SAMPLING_EXTRAS if body.get(key) is not None})
+    if not isinstance(chat.get("chat_template_kwargs", {}), dict):  # (merged with the effort's below)
+        raise BadRequest("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     tools, namespaces, customs = _tools(body.get("tools"))
     if tools:
         choice = _tool_choice(body.get("tool_choice"), {t["function"]["name"] for t in tools})
@@ -123,7 +131,9 @@ def to_chat(body: Any, history: list[dict[str, Any]] | None = None, *, counting:
     reasoning = body.get("reasoning") or {}
     if reasoning.get("effort"):
         chat["reasoning_effort"] = reasoning["effort"]
-        chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none"}
+        # (the caller's own template switches, when given, win over the effort's)
+        chat["chat_template_kwargs"] = {"enable_thinking": reasoning["effort"] != "none",
+                                        **chat.get("chat_template_kwargs", {})}
     fmt = _text_format(body)
     if fmt["type"] == "json_schema":
         chat["response_format"] = {"type": "json_schema", "json_schema": {

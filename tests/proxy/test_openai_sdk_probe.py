@@ -120,3 +120,30 @@ def test_a_responses_include_openai_does_not_know_is_refused_not_ignored(ref_sta
         "message.output_text.logprobs", "reasoning.encrypted_content", "file_search_call.results",
         "web_search_call.action.sources", "message.input_image.image_url", "code_interpreter_call.outputs"])
     assert len(reply.output[0].content[0].logprobs) == 2 == len(records(ref_stack, key)[-1]["response_ids"])
+
+
+def test_a_responses_calls_engine_sampling_extras_reach_the_engine_as_a_chat_calls_do(ref_stack):
+    """``extra_body`` sampling fields (top_k, seed, stop, min_tokens, template switches, ...) a
+    trainer sets on a Responses call were dropped: the policy sampled otherwise than asked, and
+    nothing said so. They now reach the engine as from a Chat call; the extras the proxy cannot
+    answer (token ids, guided decoding) are refused as from Chat."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    extra = {"top_k": 1, "seed": 7, "min_tokens": 4, "repetition_penalty": 1.0, "stop": ["###"],
+             "chat_template_kwargs": {"enable_thinking": False}}
+    greedy = [sdk.responses.create(model="tiny", input="hi", max_output_tokens=4, temperature=1.0,
+                                   reasoning={"effort": "low"}, extra_body=extra) for _ in range(2)]
+    chat = sdk.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       temperature=1.0, reasoning_effort="low", extra_body=extra)
+    recs = records(ref_stack, key)
+    for rec in recs[:2]:
+        req = rec["normalized_request"]
+        assert {k: req.get(k) for k in extra} == extra  # the caller's switch wins over the effort's
+    assert recs[0]["response_ids"] == recs[1]["response_ids"] == recs[2]["response_ids"]  # top_k 1: greedy
+    assert greedy[0].output_text == greedy[1].output_text == chat.choices[0].message.content
+    for unserved in ({"return_token_ids": True}, {"guided_json": {"type": "object"}}):
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, extra_body=unserved)
+        assert info.value.body["param"] == next(iter(unserved))
+        assert info.value.body["code"] == "unsupported_feature"
+    assert len(records(ref_stack, key)) == 3
