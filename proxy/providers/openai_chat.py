@@ -63,6 +63,14 @@ _UNSERVED = {
     **dict.fromkeys(("return_token_ids", "return_tokens_as_token_ids", "prompt_logprobs",
                      "return_prompt_token_ids", "return_meta_info"), _TOKEN_LEVEL),
     "echo": "is not supported here: the answer holds only the sampled turn, never the prompt",
+    # vLLM's own ways to change the prompt or constrain sampling, never passed on (the engine may
+    # be SGLang, which knows none of them): dropped, the policy sampled otherwise than asked.
+    **dict.fromkeys(("chat_template", "documents", "add_special_tokens", "truncate_prompt_tokens"),
+                    "is not supported here: the prompt is the engine's chat template's rendering of the messages "
+                    "(set its switches with chat_template_kwargs)"),
+    **dict.fromkeys(("allowed_token_ids", "bad_words", "logits_processors", "vllm_xargs"),
+                    "is not supported here: sampling is constrained only by stop, stop_token_ids, logit_bias and "
+                    "the sampling parameters"),
     # Not a sample of the policy: the trajectory would train on what beam search or a best-of-n
     # pick chose as if the model had sampled it.
     "use_beam_search": "is not supported here: a trajectory must hold what the policy sampled",

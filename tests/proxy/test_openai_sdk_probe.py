@@ -147,3 +147,26 @@ def test_a_responses_calls_engine_sampling_extras_reach_the_engine_as_a_chat_cal
         assert info.value.body["param"] == next(iter(unserved))
         assert info.value.body["code"] == "unsupported_feature"
     assert len(records(ref_stack, key)) == 3
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("extra", [
+    {"allowed_token_ids": [1, 2, 3]}, {"bad_words": ["the"]}, {"logits_processors": ["my.Processor"]},
+    {"vllm_xargs": {"boost": 1}}, {"chat_template": "{{ messages[0].content }}"},
+    {"documents": [{"title": "a", "text": "b"}]}, {"add_special_tokens": True}, {"truncate_prompt_tokens": 3},
+], ids=lambda extra: next(iter(extra)))
+def test_a_vllm_prompt_or_sampling_extra_never_passed_on_is_refused_not_dropped(ref_stack, api, extra):
+    """vLLM's own prompt and sampling extras were dropped without a word (they are not passed
+    on: an SGLang engine knows none of them): the policy sampled after another prompt, or
+    unconstrained, than the caller asked for."""
+    key = running_session(ref_stack.settings.redis_url)
+    sdk = openai_client(ref_stack, key)
+    with pytest.raises(openai.BadRequestError) as info:
+        if api == "chat":
+            sdk.chat.completions.create(model="tiny", max_tokens=2, messages=[{"role": "user", "content": "hi"}],
+                                        extra_body=extra)
+        else:
+            sdk.responses.create(model="tiny", input="hi", max_output_tokens=2, extra_body=extra)
+    field = next(iter(extra))
+    assert info.value.body["param"] == field and f"'{field}'" in info.value.message
+    assert records(ref_stack, key) == []
