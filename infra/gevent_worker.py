@@ -50,6 +50,7 @@ class _BadHead(ValueError):
 
 HEAD_MAX_BYTES = 64 * 1024  # all header lines together (http.client alone allows 100 x 64 kB)
 DRAIN_SECONDS, DRAIN_MAX_BYTES = 1.0, 1 << 20
+ANSWER_DRAIN_SECONDS = 0.2  # before an answer given ahead of the body (then DRAIN_SECONDS after it)
 BODY_MIN_RATE, BODY_READ_PIECE = 500, 64 * 1024  # bytes a second a body must keep up (as Apache's reqtimeout)
 FRAMING_MAX_BYTES = 64 * 1024  # a chunked body's extensions and trailers, together
 CHUNK_FRAMING_BYTES = 12  # a chunk's own framing: its size (8 hex digits: up to 4 GB) and two CRLFs
@@ -162,7 +163,7 @@ class _LeftUnread(Input):
     def done(self) -> bool:
         return self.chunk_length == 0 if self.chunked_input else self.position >= (self.content_length or 0)
 
-    def drain(self) -> bool:
+    def drain(self, seconds: float = DRAIN_SECONDS) -> bool:
         """Read what the app left unread, for a moment: True once the body's end is reached
         (the connection can then serve its next request)."""
         if self._chunked_input_error:  # the body's framing is unknown: what follows is not a request
@@ -171,7 +172,7 @@ class _LeftUnread(Input):
             return True
         self.send_100_continue_enabled = False  # (an interim 100 is no use once the answer is due)
         budget = DRAIN_MAX_BYTES
-        with gevent.Timeout(DRAIN_SECONDS, False):
+        with gevent.Timeout(seconds, False):
             try:
                 while budget > 0 and (data := self.read(min(16384, budget))):
                     budget -= len(data)
@@ -267,7 +268,9 @@ class OneWriteHandler(PyWSGIHandler):
         APIConnectionError for a valid call when it does not retry."""
         write = super().start_response(status, headers, exc_info)
         body = self.wsgi_input
-        if isinstance(body, _LeftUnread) and not body.done() and (self._expects_continue() or not body.drain()):
+        # (briefly: a body sent with its request is in at once; one still coming only delays the answer)
+        if isinstance(body, _LeftUnread) and not body.done() and (
+                self._expects_continue() or not body.drain(ANSWER_DRAIN_SECONDS)):
             self.close_connection = True
             self.response_headers = [(k, v) for k, v in self.response_headers if k.lower() != b"connection"]
             self.response_headers.append((b"Connection", b"close"))
