@@ -93,7 +93,7 @@ def normalize(body: Any) -> dict[str, Any]:
         if m["role"] == "developer":
             m = {**m, "role": "system"}
         out_messages.append(m)
-    if body.get("n", 1) not in (1, None):
+    if opt_int(body, "n", minimum=1) not in (1, None):  # (a bool or an object is no count: the 400 says so)
         raise BadRequest("only n=1 is supported (each sample is its own session)", param="n")
     for flag in ("stream", "continue_final_message", "add_generation_prompt"):
         opt_bool(body, flag)  # null is the default (for stream: the SDK's type and the spec allow it)

@@ -132,3 +132,11 @@ def test_an_anthropic_field_of_the_wrong_shape_is_refused_as_anthropic_does(fiel
     with pytest.raises(ProxyError) as info:
         PROVIDERS["anthropic"].parse({**body, field: value})
     assert info.value.status == 400 and info.value.param == field, str(info.value)
+
+
+@pytest.mark.parametrize("n", [{}, True, "1", 0])
+def test_a_chat_n_that_is_no_count_is_refused_naming_it(n):
+    """``n=True`` was taken as 1 (True == 1) and ``n={}`` got a 400 quoting a TypeError."""
+    with pytest.raises(ProxyError) as info:
+        PROVIDERS["openai_chat"].parse({**copy.deepcopy(RICH["openai_chat"]), "n": n})
+    assert info.value.status == 400 and info.value.param == "n" and "integer" in str(info.value)
