@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import orjson
 
@@ -31,14 +30,20 @@ from proxy.upstream.transport import Unreachable, UpstreamTransport, reachable
 _BETWEEN_WAITS: ContextVar[Callable[[], None] | None] = ContextVar("between_engine_waits", default=None)
 
 
-@contextmanager
-def between_engine_waits(hook: Callable[[], None]) -> Iterator[None]:
-    """Run ``hook`` between this call's waits for an unreachable engine, while in the block."""
-    token = _BETWEEN_WAITS.set(hook)
-    try:
-        yield
-    finally:
-        _BETWEEN_WAITS.reset(token)
+class between_engine_waits:  # noqa: N801 - used as a function: ``with between_engine_waits(hook):``
+    """Run ``hook`` between this call's waits for an unreachable engine, while in the block. (A
+    class, not a generator: it runs on every call, and costs under half of ``@contextmanager``'s.)"""
+
+    __slots__ = ("hook", "token")
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> None:
+        self.token = _BETWEEN_WAITS.set(self.hook)
+
+    def __exit__(self, *exc: object) -> None:
+        _BETWEEN_WAITS.reset(self.token)
 
 
 class UpstreamPool:
