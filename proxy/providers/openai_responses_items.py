@@ -145,6 +145,12 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
             out.append({"role": "user", "content": list(tool_images)})
             tool_images.clear()
 
+    def reasoned_only() -> None:
+        nonlocal open_assistant
+        if reasoning:  # a turn that only reasoned (cut short, say): still the model's turn, kept
+            open_assistant = None
+            assistant()["content"] = ""
+
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -162,9 +168,7 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
                 msg = assistant()
                 msg["content"] = _text(item.get("content"), where)
                 continue
-            if reasoning:  # a turn that only reasoned (cut short, say): still the model's turn, kept
-                open_assistant = None
-                assistant()["content"] = ""
+            reasoned_only()
             open_assistant = None
             out.append({"role": "system" if role == "developer" else role, "content": _parts(item.get("content"), where)})
         elif kind in ("function_call", "custom_tool_call"):
@@ -196,15 +200,22 @@ def to_messages(items: list[Any]) -> list[dict[str, Any]]:
         else:
             raise UnsupportedFeature(f"{where}: input item type {kind!r} is not supported", param=f"{where}.type")
     show_tool_images()
+    reasoned_only()  # (reasoning as the last item was dropped: the prompt lacked the model's own turn)
     return out
 
 
 def _text(content: Any, where: str) -> str:
+    """An assistant message's text; a part of another kind (an image) is refused, not dropped:
+    chat assistant messages hold text only, and the prompt would lack what the model was shown."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return text_of((p for p in content if isinstance(p, dict) and p.get("type") in _TEXT_PARTS),
-                       keys=("text", "refusal"))
+        for j, p in enumerate(content):
+            if not isinstance(p, dict) or p.get("type") not in _TEXT_PARTS:
+                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                raise UnsupportedFeature(f"{where}.content[{j}]: part type {kind!r} is not supported in an assistant "
+                                         "message (text and refusal parts only)", param=f"{where}.content[{j}]")
+        return text_of(content, keys=("text", "refusal"))
     raise BadRequest(f"{where}.content must be a string or an array", param=f"{where}.content")
 
 

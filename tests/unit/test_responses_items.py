@@ -106,3 +106,23 @@ def test_a_turn_that_only_reasoned_is_kept_before_the_next_user_message():
                              {"role": "user", "content": "b"}])
     assert out == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "reasoning_content": "hmm"},
                    {"role": "user", "content": "b"}]
+
+
+def test_reasoning_as_the_last_item_is_kept_as_the_models_turn():
+    """[user, reasoning]: the reasoning was dropped when nothing followed it."""
+    out = items.to_messages([{"role": "user", "content": "a"},
+                             {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]}])
+    assert out == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "reasoning_content": "hmm"}]
+
+
+def test_an_assistant_message_part_that_is_not_text_is_refused_not_dropped():
+    from proxy.errors import UnsupportedFeature
+
+    kept = items.to_messages([{"role": "assistant", "content": [{"type": "output_text", "text": "a"},
+                                                                {"type": "refusal", "refusal": "no"}]}])
+    assert kept == [{"role": "assistant", "content": "ano"}]
+    with pytest.raises(UnsupportedFeature) as info:
+        items.to_messages([{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": [{"type": "output_text", "text": "see:"},
+                                                             {"type": "input_image", "image_url": "data:image/png;base64,AA"}]}])
+    assert info.value.param == "input[1].content[1]" and "input_image" in str(info.value)
