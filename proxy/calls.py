@@ -40,7 +40,7 @@ from proxy.http_io import (
     request_id,
     request_id_headers,
 )
-from proxy.providers import PROVIDERS, Provider, Route, Turn
+from proxy.providers import PROVIDERS, Parsed, Provider, Route, Turn
 from proxy.sessions import presented_key
 
 log = logging.getLogger("polar.proxy")
@@ -153,7 +153,7 @@ class ModelCalls:
             gw.cancel_admit(admission)
             raise
         # A stream that finds inference paused is opened and kept alive while it waits (``_stream``).
-        lease, seq, version, token_in = gw.admitted(admission, park=parsed is not None and parsed.stream,
+        lease, seq, version, token_in = gw.admitted(admission, park=_streamed(parsed, body),
                                                     failed=Failed(provider.name, body))
         parked = version == PARKED
         started = time.time()
@@ -172,6 +172,8 @@ class ModelCalls:
         call = Call(lease, seq, None if parked else version, provider, parsed, body, started, scope, received,
                     token_in, raw, client_socket(req.environ) if self.watch_clients else None, presented)
         if not parsed.stream:
+            if parked:  # (its body said stream, its parse did not: it waits here, with no stream to keep)
+                gw.unpark(call)
             _, _, answer = gw.complete(call, _json_answer)
             return Answer(200, JSON, answer, request_id_headers(admitted[0])), True
         return self._stream(call, admitted[0], (lambda: gw.unpark(call)) if parked else None)
@@ -225,6 +227,15 @@ class ModelCalls:
 
 def _json_answer(turn: Turn, response: dict[str, Any]) -> bytes:
     return json_bytes(response)
+
+
+def _streamed(parsed: Parsed | None, body: Any) -> bool:
+    """Whether a call streams, as its admission needs to know (a stream that finds inference
+    paused is opened and parked): parsed, or -- a stateful API's call, parsed only once admitted
+    (Responses: Codex's) -- as its body asks. Codex's streams waited out a pause without a byte."""
+    if parsed is not None:
+        return bool(parsed.stream)
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 def _parse(provider: Provider, body: Any, route: Route, context: dict[str, Any]) -> Any:

@@ -409,3 +409,49 @@ def test_redis_away_while_a_call_waits_for_the_engine_does_not_fail_the_call(tmp
         assert len(done) == 1 and not errors
     finally:
         server.stop()
+
+
+def test_a_responses_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_waits(proxy_app, redis_url):
+    """Codex's calls: the Responses API is parsed only once admitted (previous_response_id reads
+    the session's stored responses), so its streams were not parked -- they waited out a pause
+    without a byte, as the chat streams did before they were. Now opened and kept alive too."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    key = running_session(redis_url)
+    got: dict = {}
+    first_chunk = threading.Event()
+
+    def stream():
+        resp = proxy_app.test_client().post(f"/s/{key}/v1/responses", json={
+            "model": "fake", "input": "hi", "stream": True}, headers={"Authorization": f"Bearer {key}"},
+            buffered=False)
+        got["status"] = resp.status_code
+        chunks = iter(resp.response)
+        got["first"] = next(chunks)
+        first_chunk.set()
+        got["rest"] = b"".join(chunks)
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    assert first_chunk.wait(timeout=5), "no byte while the call was parked"
+    assert got["status"] == 200 and status(admin)["paused"] and records(redis_url, key)[0] == []
+    time.sleep(1.0)  # a few keepalive intervals (0.3 s here) while still parked
+    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "9"}).status_code == 200
+    reader.join(timeout=10)
+    assert b"response.completed" in got["rest"] and got["rest"].count(b": keepalive") >= 2
+    [rec] = records(redis_url, key)[0]
+    assert rec["policy_version"] == "9"
+
+
+def test_a_responses_call_whose_body_says_stream_but_is_refused_gets_a_plain_error(proxy_app, redis_url):
+    """Parked for its stream, a Responses call its parse refuses never opens one: the plain 400."""
+    admin = admin_client(proxy_app)
+    held = pause(admin)
+    key = running_session(redis_url)
+    resp = proxy_app.test_client().post(f"/s/{key}/v1/responses", json={
+        "model": "fake", "input": "hi", "stream": True, "include": ["no.such.include"]},
+        headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 400 and resp.get_json()["error"]["param"] == "include"
+    admin.post("/admin/resume", json={"holder": held["holder"]})
+    done, errors = records(redis_url, key)
+    assert done == [] and len(errors) == 1
