@@ -240,7 +240,13 @@ def test_an_integer_version_only_moves_forward_unless_forced(proxy_app):
     assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "ckpt-a"}).status_code == 200
 
 
-def test_a_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_waits(proxy_app, redis_url):
+@pytest.mark.parametrize("path, body, done", [
+    ("/v1/chat/completions", {"messages": MSG}, b"data: [DONE]"),
+    # Codex's: the Responses API is parsed only once admitted (previous_response_id reads the
+    # session's stored responses), and its streams were not parked until its body was read for it.
+    ("/v1/responses", {"input": "hi"}, b"response.completed")], ids=["chat", "responses"])
+def test_a_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_waits(proxy_app, redis_url, path,
+                                                                                      body, done):
     """A streamed call parked by a pause got no byte until the resume: a harness with a 20 s read
     timeout gave up on a 45 s weight update and its session ended ERROR (probe). It is now opened
     and sent keepalives while parked, then answered."""
@@ -251,23 +257,22 @@ def test_a_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_
     first_chunk = threading.Event()
 
     def stream():
-        resp = proxy_app.test_client().post(f"/s/{key}/v1/chat/completions", json={
-            "model": "fake", "messages": MSG, "stream": True}, headers={"Authorization": f"Bearer {key}"},
-            buffered=False)
+        resp = proxy_app.test_client().post(f"/s/{key}{path}", json={"model": "fake", **body, "stream": True},
+                                            headers={"Authorization": f"Bearer {key}"}, buffered=False)
         got["status"] = resp.status_code
         chunks = iter(resp.response)
         got["first"] = next(chunks)
         first_chunk.set()
         got["rest"] = b"".join(chunks)
 
-    reader = threading.Thread(target=stream)
+    reader = threading.Thread(target=stream, daemon=True)
     reader.start()
     assert first_chunk.wait(timeout=5), "no byte while the call was parked"
     assert got["status"] == 200 and status(admin)["paused"] and records(redis_url, key)[0] == []
     time.sleep(1.0)  # a few keepalive intervals (0.3 s here) while still parked
     assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "9"}).status_code == 200
     reader.join(timeout=10)
-    assert b"data: [DONE]" in got["rest"] and got["rest"].count(b": keepalive") >= 2
+    assert done in got["rest"] and got["rest"].count(b": keepalive") >= 2
     [rec] = records(redis_url, key)[0]
     assert rec["policy_version"] == "9"  # stamped with the version it was sampled under
 
@@ -409,38 +414,6 @@ def test_redis_away_while_a_call_waits_for_the_engine_does_not_fail_the_call(tmp
         assert len(done) == 1 and not errors
     finally:
         server.stop()
-
-
-def test_a_responses_stream_that_finds_inference_paused_is_opened_and_kept_alive_while_it_waits(proxy_app, redis_url):
-    """Codex's calls: the Responses API is parsed only once admitted (previous_response_id reads
-    the session's stored responses), so its streams were not parked -- they waited out a pause
-    without a byte, as the chat streams did before they were. Now opened and kept alive too."""
-    admin = admin_client(proxy_app)
-    held = pause(admin)
-    key = running_session(redis_url)
-    got: dict = {}
-    first_chunk = threading.Event()
-
-    def stream():
-        resp = proxy_app.test_client().post(f"/s/{key}/v1/responses", json={
-            "model": "fake", "input": "hi", "stream": True}, headers={"Authorization": f"Bearer {key}"},
-            buffered=False)
-        got["status"] = resp.status_code
-        chunks = iter(resp.response)
-        got["first"] = next(chunks)
-        first_chunk.set()
-        got["rest"] = b"".join(chunks)
-
-    reader = threading.Thread(target=stream, daemon=True)
-    reader.start()
-    assert first_chunk.wait(timeout=5), "no byte while the call was parked"
-    assert got["status"] == 200 and status(admin)["paused"] and records(redis_url, key)[0] == []
-    time.sleep(1.0)  # a few keepalive intervals (0.3 s here) while still parked
-    assert admin.post("/admin/resume", json={"holder": held["holder"], "policy_version": "9"}).status_code == 200
-    reader.join(timeout=10)
-    assert b"response.completed" in got["rest"] and got["rest"].count(b": keepalive") >= 2
-    [rec] = records(redis_url, key)[0]
-    assert rec["policy_version"] == "9"
 
 
 def test_a_responses_call_whose_body_says_stream_but_is_refused_gets_a_plain_error(proxy_app, redis_url):
