@@ -84,14 +84,28 @@ def not_answering(docker_host: str | None, timeout: float) -> str:
             "(docker_call_timeout_seconds): is it hung?")
 
 
+LIST_TRIES = 3
+
+
 def session_containers(docker_host: str | None, root: Path, timeout: float = 120) -> list[tuple[str, str, float]]:
     """(container, session, created) of every container this project made for sessions whose
     directories live in ``root`` -- another stack's containers (another root) are not ours."""
+    import docker
+
     found = []
     # The list's own rows (one call), not the high-level list, which inspects each container it
     # lists: one removed meanwhile (by a teardown, another sweep) failed the whole listing.
-    for c in client(docker_host, timeout).api.containers(all=True, filters={"label": [
-            f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}):
+    # Podman 4 fails even this one then ("getting container from store ...: container not
+    # known", a 500): the next listing no longer holds it, so it is asked again.
+    filters = {"label": [f"{PROJECT_LABEL}={PROJECT}", f"polar.root={root.resolve()}"]}
+    for attempt in range(LIST_TRIES):
+        try:
+            rows = client(docker_host, timeout).api.containers(all=True, filters=filters)
+            break
+        except docker.errors.APIError as exc:
+            if attempt == LIST_TRIES - 1 or "container not known" not in str(exc):
+                raise
+    for c in rows:
         labels, names = c.get("Labels") or {}, c.get("Names") or [c["Id"]]
         found.append((names[0].lstrip("/"), labels.get("polar.session", ""), float(labels.get("polar.created") or 0)))
     return found
